@@ -1,0 +1,1 @@
+"""An OpenAI-compatible LLM gateway. See ../shared/DESIGN.md for the architecture."""
