@@ -1,0 +1,282 @@
+"""The semantic rules of the config: what a well-typed config must also satisfy to be served.
+
+Owns every cross-field and cross-section rule (unique names, targets naming providers, the
+credentials and fields each provider kind needs, ranges, URL shapes). `check` returns every
+problem as `(path, message)` and raises nothing. It may be given a partially converted config
+(parts that failed to convert are `config_parse.BAD` and are skipped), so it reports what it can
+alongside the type errors. Imports from the gateway only `config_parse` (and `config` for types).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Set
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import msgspec
+
+from gateway.config_parse import Path, Problem, is_bad
+
+if TYPE_CHECKING:
+    from gateway.config import (
+        Config,
+        ModelConfig,
+        ProviderConfig,
+        ProviderKey,
+        StoreConfig,
+        VirtualKeyConfig,
+    )
+
+KEYLESS_KINDS = frozenset({"ollama", "mock"})
+RESPONSES_KINDS = frozenset({"openai", "azure"})
+
+# Fields that only some kinds use; set on another kind they would be silently ignored.
+_KIND_ONLY_FIELDS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("region", frozenset({"bedrock", "vertex"})),
+    ("project", frozenset({"vertex"})),
+    ("api_version", frozenset({"azure"})),
+    ("mock", frozenset({"mock"})),
+)
+_REQUIRED_FIELDS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("base_url", frozenset({"azure"})),
+    ("api_version", frozenset({"azure"})),
+    ("region", frozenset({"bedrock", "vertex"})),
+    ("project", frozenset({"vertex"})),
+)
+_AWS_FIELDS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+_STORE_FORMS = "memory://, sqlite:///PATH, redis://HOST:PORT/DB or rediss://HOST:PORT/DB"
+
+
+def check(
+    config: Config, *, provider_names: Set[str] = frozenset(), model_names: Set[str] = frozenset()
+) -> list[Problem]:
+    """Every semantic problem of `config`, section by section.
+
+    `provider_names` and `model_names` are names known from the raw file: a target naming a
+    provider that failed to convert is not also reported as naming an unknown provider.
+    """
+    providers = [p for p in config.providers if not is_bad(p)]
+    models = [m for m in config.models if not is_bad(m)]
+    kinds = {p.name: p.kind for p in providers}
+    known_providers = provider_names | kinds.keys()
+    return [
+        *_check_server(config),
+        *_check_store(config.store),
+        *_check_providers(config.providers),
+        *_check_models(config.models, kinds, known_providers),
+        *_check_keys(config, model_names | {m.name for m in models}, known_providers),
+    ]
+
+
+def _at_least(value: int | None, minimum: int, path: Path) -> Iterator[Problem]:
+    if value is not None and value < minimum:
+        yield path, f"must be >= {minimum}"
+
+
+def _not_negative(value: float | None, path: Path) -> Iterator[Problem]:
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        yield path, "must be >= 0"
+
+
+def _durations(struct: msgspec.Struct, path: Path) -> Iterator[Problem]:
+    """Every `*_s` field is a duration in seconds and must be a finite number > 0."""
+    for field in msgspec.structs.fields(struct):
+        value = getattr(struct, field.name)
+        if field.name.endswith("_s") and not (math.isfinite(value) and value > 0):
+            yield (*path, field.name), "must be > 0"
+
+
+def _check_server(config: Config) -> Iterator[Problem]:
+    server, routing = config.server, config.routing
+    if not server.host:
+        yield ("server", "host"), "must not be empty"
+    if not 0 <= server.port <= 65535:
+        yield ("server", "port"), "must be between 0 and 65535"
+    yield from _at_least(server.workers, 1, ("server", "workers"))
+    yield from _at_least(server.max_body_bytes, 1024, ("server", "max_body_bytes"))
+    yield from _durations(server, ("server",))
+    yield from _at_least(routing.max_attempts, 1, ("routing", "max_attempts"))
+    yield from _durations(routing, ("routing",))
+
+
+def store_url_ok(url: str) -> bool:
+    """memory://, sqlite:///PATH, or redis[s]://HOST[:PORT][/DB] with an integer DB."""
+    if url == "memory://":
+        return True
+    if url.startswith("sqlite:///"):
+        return len(url) > len("sqlite:///")
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises ValueError on a port that is not a number in range
+    except ValueError:
+        return False
+    db = parts.path.removeprefix("/")
+    return (
+        parts.scheme in ("redis", "rediss")
+        and bool(parts.hostname)
+        and (db == "" or db.isdigit())
+        and not parts.query
+        and not parts.fragment
+    )
+
+
+def _check_store(store: StoreConfig) -> Iterator[Problem]:
+    # The URL is never quoted: a redis URL may carry a password.
+    if not store_url_ok(store.url):
+        yield ("store", "url"), f"expected {_STORE_FORMS}"
+
+
+def _check_name(name: str, seen: set[str], what: str, path: Path) -> Iterator[Problem]:
+    if not name:
+        yield path, "must not be empty"
+    elif name in seen:
+        yield path, f"duplicate {what} name '{name}'"
+    seen.add(name)
+
+
+def _check_providers(providers: list[ProviderConfig]) -> Iterator[Problem]:
+    seen: set[str] = set()
+    for i, p in enumerate(providers):
+        if is_bad(p):
+            continue
+        here: Path = ("providers", i)
+        yield from _check_name(p.name, seen, "provider", (*here, "name"))
+        if "/" in p.name:
+            yield (*here, "name"), "must not contain '/'"
+        if p.base_url is not None and not _http_url(p.base_url):
+            yield (*here, "base_url"), "must be an http:// or https:// URL"
+        for field, kinds in _REQUIRED_FIELDS:
+            if p.kind in kinds and not getattr(p, field):
+                yield (*here, field), f"required for kind '{p.kind}'"
+        for field, kinds in _KIND_ONLY_FIELDS:
+            if p.kind not in kinds and getattr(p, field) is not None:
+                yield (*here, field), "only for kind " + " or ".join(sorted(kinds))
+        if p.mock is not None:
+            yield from _at_least(p.mock.chunks, 1, (*here, "mock", "chunks"))
+            yield from _not_negative(p.mock.delay_s, (*here, "mock", "delay_s"))
+        if not p.keys and p.kind not in KEYLESS_KINDS:
+            yield (*here, "keys"), f"kind '{p.kind}' needs at least one key"
+        for j, key in enumerate(p.keys):
+            if not is_bad(key):
+                yield from _check_key(key, p.kind, (*here, "keys", j))
+        yield from _durations(p.timeouts, (*here, "timeouts"))
+
+
+def _http_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+def _check_key(key: ProviderKey, kind: str, here: Path) -> Iterator[Problem]:
+    yield from _at_least(key.weight, 1, (*here, "weight"))
+    yield from _at_least(key.rpm, 1, (*here, "rpm"))
+    yield from _at_least(key.tpm, 1, (*here, "tpm"))
+    if kind != "bedrock":
+        for field in _AWS_FIELDS:
+            if getattr(key, field) is not None:
+                yield (*here, field), "only for kind bedrock"
+    if kind != "vertex" and key.credentials_file is not None:
+        yield (*here, "credentials_file"), "only for kind vertex"
+    if kind == "bedrock":
+        yield from _check_bedrock_key(key, here)
+    elif kind == "vertex":
+        if not key.credentials_file:
+            yield (*here, "credentials_file"), "required for kind 'vertex'"
+        if key.key is not None:
+            yield (*here, "key"), "not used by kind vertex (use credentials_file)"
+    elif kind not in KEYLESS_KINDS:
+        if key.key is None:
+            yield (*here, "key"), f"required for kind '{kind}'"
+        elif not key.key:
+            yield (*here, "key"), "must not be empty"
+
+
+def _check_bedrock_key(key: ProviderKey, here: Path) -> Iterator[Problem]:
+    # Empty values count as absent, so `${AWS_ACCESS_KEY_ID:-}` can choose the SigV4 pair.
+    has_id, has_secret = bool(key.aws_access_key_id), bool(key.aws_secret_access_key)
+    if key.key and (has_id or has_secret):
+        yield here, "set either key or aws_access_key_id and aws_secret_access_key, not both"
+    elif has_id and not has_secret:
+        yield (*here, "aws_secret_access_key"), "required with aws_access_key_id"
+    elif has_secret and not has_id:
+        yield (*here, "aws_access_key_id"), "required with aws_secret_access_key"
+    elif not key.key and not has_id:
+        yield here, "needs key, or aws_access_key_id and aws_secret_access_key"
+
+
+def _check_models(
+    models: list[ModelConfig], kinds: Mapping[str, str], provider_names: Set[str]
+) -> Iterator[Problem]:
+    seen: set[str] = set()
+    for i, m in enumerate(models):
+        if is_bad(m):
+            continue
+        here: Path = ("models", i)
+        yield from _check_name(m.name, seen, "model", (*here, "name"))
+        if not m.targets:
+            yield (*here, "targets"), "must have at least one target"
+        for j, t in enumerate(m.targets):
+            if is_bad(t):
+                continue
+            at: Path = (*here, "targets", j)
+            if t.provider not in provider_names:
+                yield (*at, "provider"), f"unknown provider '{t.provider}'"
+            if not t.model:
+                yield (*at, "model"), "must not be empty"
+            yield from _at_least(t.weight, 1, (*at, "weight"))
+            kind = kinds.get(t.provider)
+            if t.api == "responses" and kind is not None and kind not in RESPONSES_KINDS:
+                yield (
+                    (*at, "api"),
+                    f"responses needs a provider of kind openai or azure, not {kind}",
+                )
+        if m.price is not None:
+            for field in ("input_per_mtok", "output_per_mtok", "cached_input_per_mtok"):
+                yield from _not_negative(getattr(m.price, field), (*here, "price", field))
+
+
+def _check_keys(
+    config: Config, model_names: Set[str], provider_names: Set[str]
+) -> Iterator[Problem]:
+    seen: set[str] = set()
+    owners: dict[str, int] = {}  # secret value -> index of the first key using it
+    for i, vk in enumerate(config.keys):
+        if is_bad(vk):
+            continue
+        here: Path = ("keys", i)
+        yield from _check_name(vk.name, seen, "key", (*here, "name"))
+        yield from _check_virtual_key_secret(vk, config, owners, i)
+        yield from _not_negative(vk.budget_usd, (*here, "budget_usd"))
+        yield from _at_least(vk.rpm, 1, (*here, "rpm"))
+        yield from _at_least(vk.tpm, 1, (*here, "tpm"))
+        for j, model in enumerate(vk.models or []):
+            if not is_bad(model) and not _names_model(model, model_names, provider_names):
+                yield (*here, "models", j), f"unknown model '{model}'"
+
+
+def _check_virtual_key_secret(
+    vk: VirtualKeyConfig, config: Config, owners: dict[str, int], i: int
+) -> Iterator[Problem]:
+    # The messages say which entries clash, never the value.
+    path: Path = ("keys", i, "key")
+    value = vk.key.reveal()
+    if not value:
+        yield path, "must not be empty"
+        return
+    if value in owners:
+        yield path, f"same key as keys[{owners[value]}]"
+    else:
+        owners[value] = i
+    if vk.key == config.auth.master_key:
+        yield path, "same as auth.master_key"
+
+
+def _names_model(name: str, model_names: Set[str], provider_names: Set[str]) -> bool:
+    if name in model_names:
+        return True
+    provider, slash, model = name.partition("/")
+    return bool(slash and model) and provider in provider_names
