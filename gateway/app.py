@@ -1,0 +1,59 @@
+"""Builds the aiohttp Application: routes, middlewares, the upstream pool, startup/shutdown."""
+
+from __future__ import annotations
+
+import logging
+
+import aiohttp
+from aiohttp import web
+
+from gateway.config import Config
+from gateway.providers.registry import make_adapter
+from gateway.routing.router import Router
+from gateway.server.chat import chat_completions, list_models
+from gateway.server.errors import error_middleware
+from gateway.server.health import healthz, readyz
+from gateway.server.state import STATE, GatewayState
+
+log = logging.getLogger("gateway")
+
+
+def build_app(config: Config) -> web.Application:
+    adapters = {p.name: make_adapter(p) for p in config.providers}
+    state = GatewayState(config, Router(config, adapters))
+    app = web.Application(
+        middlewares=[error_middleware],
+        client_max_size=config.server.max_body_bytes,
+        handler_args={"access_log": None},
+    )
+    app[STATE] = state
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.on_startup.append(_open_pool)
+    app.on_cleanup.append(_close_pool)
+    if not config.auth.master_key:
+        log.warning("auth.master_key is empty: the gateway is open to anyone who can reach it")
+    return app
+
+
+async def _open_pool(app: web.Application) -> None:
+    state = app[STATE]
+    connector = aiohttp.TCPConnector(
+        limit=0,  # per-request concurrency is bounded by the server, not by the pool
+        ttl_dns_cache=300,
+        keepalive_timeout=30,
+    )
+    state.session = aiohttp.ClientSession(
+        connector=connector,
+        auto_decompress=True,
+        skip_auto_headers=("User-Agent",),
+        headers={"User-Agent": "gateway/0.1"},
+    )
+
+
+async def _close_pool(app: web.Application) -> None:
+    session = app[STATE].session
+    if session is not None:
+        await session.close()

@@ -1,0 +1,85 @@
+"""The command line: `gateway serve` and `gateway check-config`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from gateway.config import Config, ConfigError, check_config, default_config, load_config
+from gateway.providers.registry import supported_kinds
+
+log = logging.getLogger("gateway")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gateway", description="An OpenAI-compatible LLM gateway."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser(
+        "serve", help="serve the gateway (the built-in default without --config)"
+    )
+    serve.add_argument("--config", help="YAML config file")
+    serve.add_argument("--host", help="listen address (overrides server.host)")
+    serve.add_argument("--port", type=int, help="listen port (overrides server.port)")
+    serve.add_argument("--workers", type=int, help="worker processes (overrides server.workers)")
+    check = sub.add_parser("check-config", help="validate a config file and print every problem")
+    check.add_argument("path")
+    return parser
+
+
+def _load(path: str | None) -> Config:
+    if path is None:
+        config = default_config(os.environ)
+        kinds = supported_kinds()
+        skipped = [p.name for p in config.providers if p.kind not in kinds]
+        if skipped:
+            log.warning("not serving %s: their kinds are not in this build yet", ", ".join(skipped))
+            config = _without_providers(config, set(skipped))
+        return config
+    config = load_config(path)
+    unsupported = [
+        f"providers[{i}].kind: kind {p.kind!r} is not available in this build yet"
+        for i, p in enumerate(config.providers)
+        if p.kind not in supported_kinds()
+    ]
+    if unsupported:
+        raise ConfigError(unsupported)
+    return config
+
+
+def _without_providers(config: Config, names: set[str]) -> Config:
+    import msgspec
+
+    return msgspec.structs.replace(
+        config, providers=[p for p in config.providers if p.name not in names]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "check-config":
+        return check_config(args.path, sys.stdout)
+    from gateway.server.runner import LOG_FORMAT, serve
+
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    try:
+        config = _load(args.config)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 2
+    server = config.server
+    return serve(
+        config,
+        host=args.host or server.host,
+        port=server.port if args.port is None else args.port,
+        workers=args.workers or server.workers,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""What every provider adapter offers the actor, and the values passed between them.
+
+An adapter is sans-IO: it builds the upstream request (URL, headers, body bytes), makes a
+translator that turns decoded upstream frames into canonical chat chunks, and maps an
+upstream error answer to an `UpstreamError`. The actor does all the IO. This package must
+not import asyncio or aiohttp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import msgspec
+
+from gateway.config import ProviderConfig, ProviderKey
+from gateway.errors import UpstreamError, UpstreamStatusError
+from gateway.wire.openai_chat import ChatChunk, ChatRequest, Usage
+
+
+class UpstreamCall(msgspec.Struct, kw_only=True):
+    """One attempt at one target: everything an adapter needs to build its request."""
+
+    request: ChatRequest  # the client's request, typed
+    body: dict[str, Any]  # the client's request as it sent it (unknown fields included)
+    provider: ProviderConfig
+    key: ProviderKey | None
+    model: str  # the upstream model id
+    stream: bool  # whether the upstream is asked to stream
+    request_id: str
+
+
+class UpstreamRequest(msgspec.Struct, kw_only=True):
+    """An HTTP request to send, or, for the in-process mock, a recorded stream to play back."""
+
+    url: str
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    body: bytes = b""
+    method: str = "POST"
+    playback: list[bytes] | None = None  # set by the mock: frames to yield instead of HTTP
+    playback_delay_s: float = 0.0
+
+
+class Translated(msgspec.Struct, gc=False):
+    """A canonical chunk and, when it is the upstream's own unchanged JSON, those bytes."""
+
+    chunk: ChatChunk
+    raw: bytes | None = None
+
+
+class UnaryResult(msgspec.Struct, gc=False):
+    """A non-streaming upstream answer already in the client's format (passed through)."""
+
+    body: bytes
+    usage: Usage | None
+    model: str | None
+
+
+class StreamTranslator(Protocol):
+    """Upstream frames in, canonical chunks out. `done` turns true at the upstream's end marker."""
+
+    done: bool
+
+    def feed(self, frame: Any) -> list[Translated]: ...
+
+    def close(self) -> list[Translated]: ...
+
+
+class ProviderAdapter(Protocol):
+    """One provider kind, configured for one provider entry."""
+
+    framing: str  # "sse" | "ndjson" | "aws-eventstream": which decoder reads the body
+    native_unary: bool  # True: non-streaming requests go upstream non-streaming
+
+    def build_request(self, call: UpstreamCall) -> UpstreamRequest: ...
+
+    def translator(self, call: UpstreamCall) -> StreamTranslator: ...
+
+    def unary_result(self, call: UpstreamCall, body: bytes) -> UnaryResult: ...
+
+    def error_from_response(
+        self, status: int, body: bytes, headers: Mapping[str, str]
+    ) -> UpstreamError: ...
+
+
+RETRYABLE_STATUSES = frozenset({401, 403, 408, 409, 429})
+
+
+def status_error(
+    status: int,
+    message: str,
+    *,
+    type: str | None = None,
+    code: str | int | None = None,
+    param: str | None = None,
+) -> UpstreamError:
+    """The error for an upstream HTTP error answer, retryable where another key or target may
+    succeed (auth, rate limits, conflicts, 5xx). Other 4xx answers are the client's fault and
+    keep the upstream's type, code and param so the client sees what the provider said."""
+    retryable = status in RETRYABLE_STATUSES or status >= 500
+    err = UpstreamStatusError(
+        message or f"upstream answered HTTP {status}",
+        retryable=retryable,
+        upstream_status=status,
+        param=param,
+        code=str(code) if code is not None else None,
+    )
+    if not retryable and type:
+        err.type = type
+    return err

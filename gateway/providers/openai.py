@@ -1,0 +1,132 @@
+"""OpenAI and every OpenAI-compatible server: Chat Completions, streamed and not.
+
+Sans-IO. The request body starts from the client's own JSON object, so fields the gateway
+does not model are forwarded untouched and `""`, `null` and absent stay what they were. Only
+three things change: `model` (the target's upstream id), and for streams `stream_options.
+include_usage` (always asked for, so every stream is accounted for; the actor hides the
+usage chunk from clients that did not ask).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+
+from gateway.config import ProviderConfig, effective_base_url
+from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
+from gateway.framing.sse import SSEEvent
+from gateway.providers.base import (
+    Translated,
+    UnaryResult,
+    UpstreamCall,
+    UpstreamRequest,
+    status_error,
+)
+from gateway.wire.openai_chat import (
+    UNSET,
+    ErrorDetail,
+    chunk_decoder,
+    completion_usage_decoder,
+    encoder,
+    error_body_decoder,
+)
+
+_DONE = b"[DONE]"
+
+
+def upstream_body(call: UpstreamCall) -> bytes:
+    """The client's JSON with the upstream model and, for streams, usage asked for."""
+    body = dict(call.body)
+    body["model"] = call.model
+    if call.stream:
+        body["stream"] = True
+        options = body.get("stream_options")
+        options = dict(options) if isinstance(options, dict) else {}
+        options["include_usage"] = True
+        body["stream_options"] = options
+    return encoder.encode(body)
+
+
+class ChatStreamTranslator:
+    """OpenAI chat SSE events to canonical chunks: the chunk is the canonical form already."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def feed(self, frame: SSEEvent) -> list[Translated]:
+        data = frame.data
+        if data == _DONE:
+            self.done = True
+            return []
+        if not data.strip():
+            return []
+        try:
+            chunk = chunk_decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            raise UpstreamProtocolError(f"upstream sent a malformed chunk: {exc}") from None
+        if chunk.error is not UNSET:
+            raise stream_error(chunk.error)
+        return [Translated(chunk, data)]
+
+    def close(self) -> list[Translated]:
+        return []
+
+
+def stream_error(detail: ErrorDetail) -> UpstreamStreamError:
+    """An error event inside a 200 stream. Retryable: before the commit point another
+    target may answer; after it the actor reports it to the client."""
+    return UpstreamStreamError(
+        detail.message or "the upstream reported an error mid-stream",
+        code=str(detail.code) if detail.code is not None else None,
+        param=detail.param,
+    )
+
+
+def error_from_body(status: int, body: bytes) -> UpstreamError:
+    """Map an OpenAI-shaped error answer; anything else keeps a short excerpt of the body."""
+    try:
+        detail = error_body_decoder.decode(body).error
+    except msgspec.DecodeError:
+        text = body[:300].decode("utf-8", "replace").strip()
+        return status_error(status, text or f"upstream answered HTTP {status}")
+    return status_error(
+        status, detail.message, type=detail.type, code=detail.code, param=detail.param
+    )
+
+
+class OpenAIAdapter:
+    """Chat Completions against `base_url` (`https://api.openai.com/v1` by default)."""
+
+    framing = "sse"
+    native_unary = True
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        self._url = effective_base_url(provider) + "/chat/completions"
+
+    def build_request(self, call: UpstreamCall) -> UpstreamRequest:
+        headers = {"Content-Type": "application/json"}
+        if call.stream:
+            headers["Accept"] = "text/event-stream"
+        if call.key is not None and call.key.key:
+            headers["Authorization"] = "Bearer " + call.key.key.reveal()
+        return UpstreamRequest(url=self._url, headers=headers, body=upstream_body(call))
+
+    def translator(self, call: UpstreamCall) -> ChatStreamTranslator:
+        return ChatStreamTranslator()
+
+    def unary_result(self, call: UpstreamCall, body: bytes) -> UnaryResult:
+        try:
+            parsed = completion_usage_decoder.decode(body)
+        except msgspec.DecodeError as exc:
+            raise UpstreamProtocolError(f"upstream sent a malformed completion: {exc}") from None
+        usage = parsed.usage if parsed.usage is not UNSET else None
+        model = parsed.model if parsed.model is not UNSET else None
+        return UnaryResult(body=body, usage=usage, model=model)
+
+    def error_from_response(
+        self, status: int, body: bytes, headers: Mapping[str, str]
+    ) -> UpstreamError:
+        return error_from_body(status, body)

@@ -1,0 +1,34 @@
+"""Provider kind -> adapter. The one place that knows which kinds exist in this build."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import MappingProxyType
+
+from gateway.config import ProviderConfig
+from gateway.errors import InternalError
+from gateway.providers.base import ProviderAdapter
+from gateway.providers.mock import MockAdapter
+from gateway.providers.openai import OpenAIAdapter
+
+AdapterFactory = Callable[[ProviderConfig], ProviderAdapter]
+
+ADAPTERS: MappingProxyType[str, AdapterFactory] = MappingProxyType(
+    {
+        "openai": OpenAIAdapter,
+        "mock": MockAdapter,
+    }
+)
+
+
+def make_adapter(provider: ProviderConfig) -> ProviderAdapter:
+    factory = ADAPTERS.get(provider.kind)
+    if factory is None:
+        raise InternalError(
+            f"provider {provider.name!r}: kind {provider.kind!r} is not supported by this build"
+        )
+    return factory(provider)
+
+
+def supported_kinds() -> frozenset[str]:
+    return frozenset(ADAPTERS)

@@ -1,0 +1,1 @@
+"""Which upstream attempts a request gets: model -> targets -> keys. No IO."""

@@ -1,0 +1,1 @@
+"""The HTTP edge: aiohttp handlers, auth, error rendering, health, the process runner."""

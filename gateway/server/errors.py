@@ -1,0 +1,82 @@
+"""Rendering errors for clients, and the middlewares that make every answer carry an id.
+
+Every error leaves in the OpenAI shape `{"error": {"message", "type", "param", "code"}}`
+with the status its class names; aiohttp's own HTTP errors (unknown route, wrong method,
+body too large) are rendered the same way. Nothing here ever puts a secret in a body.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from gateway.errors import (
+    BodyTooLarge,
+    GatewayError,
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+)
+from gateway.server.state import REQUEST_ID
+from gateway.stream.chat_outbound import error_body
+from gateway.wire.openai_chat import encoder
+
+log = logging.getLogger("gateway.server")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+
+
+def error_response(err: GatewayError, request_id: str | None = None) -> web.Response:
+    headers = {"x-request-id": request_id} if request_id else None
+    return web.Response(
+        status=err.status,
+        body=encoder.encode(error_body(err)),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def request_id_of(request: web.Request) -> str:
+    """The client's `x-request-id` when it is a sane token, else a fresh one."""
+    given = request.headers.get("x-request-id", "")
+    return given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+
+
+def _from_http_exception(exc: web.HTTPException, request: web.Request) -> GatewayError:
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return BodyTooLarge(
+            f"Request body is larger than the limit of {request.app._client_max_size} bytes"
+        )
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        return MethodNotAllowed(f"Method {request.method} is not allowed on {request.path}")
+    if isinstance(exc, web.HTTPNotFound):
+        return NotFound(f"Unknown route {request.method} {request.path}")
+    err = GatewayError(exc.reason or "HTTP error")
+    err.status, err.type = exc.status, "invalid_request_error"
+    return err
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    request_id = request_id_of(request)
+    request[REQUEST_ID] = request_id
+    try:
+        response = await handler(request)
+    except GatewayError as err:
+        return error_response(err, request_id)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(_from_http_exception(exc, request), request_id)
+    except Exception:
+        log.exception(
+            "unhandled error in %s %s (request %s)", request.method, request.path, request_id
+        )
+        return error_response(InternalError("internal error"), request_id)
+    if not response.prepared:
+        response.headers["x-request-id"] = request_id
+    return response

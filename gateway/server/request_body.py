@@ -1,0 +1,51 @@
+"""Reading a JSON request body into the typed request, with errors that name the field."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TypeVar
+
+import msgspec
+from aiohttp import web
+
+from gateway.errors import BadRequest
+
+T = TypeVar("T")
+_json = msgspec.json.Decoder()
+_PATH = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
+_MISSING = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
+
+
+async def read_json_object(request: web.Request) -> dict[str, Any]:
+    """The body as a JSON object; 413 past the size limit (raised by aiohttp), 400 otherwise."""
+    raw = await request.read()
+    if not raw.strip():
+        raise BadRequest("The request body is empty; expected a JSON object")
+    try:
+        body = _json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"The request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest(f"The request body must be a JSON object, not {type(body).__name__}")
+    return body
+
+
+def typed(body: dict[str, Any], kind: type[T]) -> T:
+    """`body` converted to `kind`; a wrong field becomes a 400 whose `param` is its path."""
+    try:
+        return msgspec.convert(body, kind)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        param = None
+        at = _PATH.search(message)
+        if at:
+            param = at.group("path") or None
+            message = message[: at.start()]
+        missing = _MISSING.match(message)
+        if missing:
+            prefix = f"{param}." if param else ""
+            param = prefix + missing.group("field")
+            message = f"Missing required parameter: '{param}'"
+        else:
+            message = f"Invalid type for '{param or 'body'}': {message[:1].lower()}{message[1:]}"
+        raise BadRequest(message, param=param, code="invalid_request") from None

@@ -1,0 +1,156 @@
+"""Running the server: one process on uvloop, or N worker processes sharing the port.
+
+Graceful shutdown on SIGTERM/SIGINT: readiness turns 503 and the listening socket closes,
+requests in flight get `server.shutdown_grace_s` to finish, then the rest are ended (a
+committed stream with an error event, anything else with a 503), and the process exits 0.
+With `--workers N` a parent process starts N workers, each binding the port with
+SO_REUSEPORT so the kernel spreads connections; the parent forwards signals, restarts a
+worker that dies on its own, and exits once every worker has drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+
+from gateway.app import build_app
+from gateway.config import Config
+from gateway.server.state import STATE
+
+log = logging.getLogger("gateway.server")
+LAST_REQUESTS_GRACE_S = 5.0
+
+
+def bind_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.setblocking(False)
+    return sock
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on every supported OS
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
+
+
+def run_worker(config: Config, sock: socket.socket) -> int:
+    """Serve on `sock` until SIGTERM/SIGINT, then drain; the process's exit code."""
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(_serve(config, sock))
+    return 0
+
+
+async def _serve(config: Config, sock: socket.socket) -> None:
+    sock.listen(4096)
+    app = build_app(config)
+    runner = web.AppRunner(
+        app, handler_cancellation=True, access_log=None, shutdown_timeout=LAST_REQUESTS_GRACE_S
+    )
+    await runner.setup()
+    site = web.SockSite(runner, sock)
+    await site.start()
+    host, port = sock.getsockname()[:2]
+    log.info("listening on http://%s:%s", host if ":" not in host else f"[{host}]", port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+        await _drain(app, site, config.server.shutdown_grace_s)
+    finally:
+        await runner.cleanup()
+
+
+async def _drain(app: web.Application, site: web.BaseSite, grace_s: float) -> None:
+    state = app[STATE]
+    state.draining = True
+    await site.stop()
+    log.info("draining: %d requests in flight, grace %gs", len(state.active), grace_s)
+    try:
+        await asyncio.wait_for(state.idle.wait(), grace_s)
+    except TimeoutError:
+        log.warning("grace period over: ending %d requests", len(state.active))
+        for actor in list(state.active):
+            actor.shut_down("the gateway is shutting down")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(state.idle.wait(), LAST_REQUESTS_GRACE_S)
+    log.info("drained")
+
+
+def _worker_main(config: Config, host: str, port: int) -> None:
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    sys.exit(run_worker(config, bind_socket(host, port, reuse_port=True)))
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
+
+
+def serve(config: Config, *, host: str, port: int, workers: int) -> int:
+    if workers <= 1:
+        return run_worker(config, bind_socket(host, port, reuse_port=False))
+    # The parent holds the port (bound, never listening) so that port 0 resolves once.
+    holder = bind_socket(host, port, reuse_port=True)
+    port = holder.getsockname()[1]
+    return _supervise(config, host, port, workers, holder)
+
+
+def _supervise(config: Config, host: str, port: int, workers: int, holder: socket.socket) -> int:
+    ctx = multiprocessing.get_context("spawn")
+    stopping = False
+
+    def start() -> multiprocessing.process.BaseProcess:
+        proc = ctx.Process(target=_worker_main, args=(config, host, port), daemon=False)
+        proc.start()
+        return proc
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for proc in procs:
+            if proc.pid is not None and proc.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
+
+    procs = [start() for _ in range(workers)]
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("supervising %d workers on %s:%d", workers, host, port)
+    deadline: float | None = None
+    while procs:
+        multiprocessing.connection.wait([p.sentinel for p in procs], timeout=1.0)
+        for proc in list(procs):
+            if proc.is_alive():
+                continue
+            procs.remove(proc)
+            if not stopping:
+                log.error("worker %s exited with %s; starting another", proc.pid, proc.exitcode)
+                time.sleep(0.5)
+                procs.append(start())
+            elif proc.exitcode != 0:
+                log.error("worker %s exited with %s while stopping", proc.pid, proc.exitcode)
+        if stopping and deadline is None:
+            deadline = time.monotonic() + config.server.shutdown_grace_s + 15
+        if deadline is not None and time.monotonic() > deadline:
+            for proc in procs:
+                proc.kill()
+    holder.close()
+    return 0

@@ -1,0 +1,420 @@
+"""The StreamActor: one per request, the only code that awaits on the hot path.
+
+It owns everything of its request: the attempts the router planned, the upstream body, the
+framing decoder, the translator, the accumulator, the usage and the timings. Nothing else
+touches that state, so nothing here locks. Its loop is: read upstream bytes, feed the
+decoder, feed the translator, feed the accumulator, write what comes out.
+
+The commit point: the first content or tool-call delta, or `commit_after_s` without one.
+Before it nothing has reached the client, so an upstream failure moves on to the next
+attempt; at it the status line and headers are sent; after it a failure becomes an error
+event in the stream. Deadlines (first byte, idle, total, commit, keep-alive) share one lazy
+timer per read loop: it fires at the earliest deadline known when armed, and on firing the
+actor checks which deadline really passed and re-arms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from gateway.config import ServerConfig, Timeouts
+from gateway.errors import (
+    NoUpstreamAvailable,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+)
+from gateway.framing.registry import make_decoder
+from gateway.framing.sse import encode_comment
+from gateway.providers.base import StreamTranslator, UpstreamCall
+from gateway.routing.router import Attempt
+from gateway.stream.accumulator import StreamAccumulator
+from gateway.stream.chat_outbound import ChatOutbound
+from gateway.stream.outcome import final_error
+from gateway.stream.transport import UpstreamBody, open_upstream
+from gateway.wire.openai_chat import ChatRequest, Usage, encoder
+
+KEEPALIVE = encode_comment("keep-alive")
+UNARY_BODY_LIMIT = 64 << 20
+_CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError)
+
+
+class ClientGone(Exception):
+    """The client closed its connection; the upstream is aborted and nothing more is sent."""
+
+
+class StreamActor:
+    """Serves one chat request through the planned attempts."""
+
+    def __init__(
+        self,
+        *,
+        http: web.Request,
+        session: aiohttp.ClientSession,
+        server: ServerConfig,
+        deadline_s: float,
+        request: ChatRequest,
+        body: dict[str, Any],
+        plan: list[Attempt],
+        request_id: str,
+        headers: dict[str, str],
+    ) -> None:
+        self._http = http
+        self._session = session
+        self._server = server
+        self._request = request
+        self._body = body
+        self._plan = plan
+        self.request_id = request_id
+        self._headers = headers
+        self._loop = asyncio.get_running_loop()
+        self.started = self._loop.time()
+        self._deadline = self.started + deadline_s
+        self.stream = bool(request.stream)
+        options = request.stream_options
+        self._outbound = ChatOutbound(bool(options and options.include_usage))
+        self.attempts = 0
+        self.attempt: Attempt | None = None
+        self.committed = False
+        self.accumulator: StreamAccumulator | None = None
+        self.first_token_at: float | None = None
+        self._response: web.StreamResponse | None = None
+        self._pending: list[bytes] = []
+        self._usage_raw: bytes | None = None
+        self._upstream: UpstreamBody | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._shutdown_reason: str | None = None
+        self.usage: Usage | None = None
+        self._last_upstream = self._last_write = self.started
+        self._got_bytes = False
+
+    # --- attempts ----------------------------------------------------------------------
+
+    async def run(self) -> web.StreamResponse:
+        self._task = asyncio.current_task()
+        try:
+            return await self._run_attempts()
+        except asyncio.CancelledError:
+            if self._shutdown_reason is None or self.committed:
+                raise
+            _uncancel()
+            raise NoUpstreamAvailable(self._shutdown_reason, code="server_shutting_down") from None
+
+    async def _run_attempts(self) -> web.StreamResponse:
+        errors: list[UpstreamError] = []
+        for attempt in self._plan:
+            if self._loop.time() >= self._deadline:
+                break
+            self.attempts += 1
+            self.attempt = attempt
+            try:
+                if self.stream:
+                    return await self._serve_stream(attempt)
+                if attempt.adapter.native_unary:
+                    return await self._serve_unary(attempt)
+                return await self._serve_accumulated(attempt)
+            except UpstreamError as err:
+                errors.append(err)
+                if not err.retryable:
+                    break
+        if not errors:
+            raise NoUpstreamAvailable("no upstream target could be tried for this model")
+        raise final_error(errors)
+
+    def _call(self, attempt: Attempt, stream: bool) -> UpstreamCall:
+        return UpstreamCall(
+            request=self._request,
+            body=self._body,
+            provider=attempt.provider,
+            key=attempt.key,
+            model=attempt.model,
+            stream=stream,
+            request_id=self.request_id,
+        )
+
+    async def _open(self, attempt: Attempt, call: UpstreamCall, wait_s: float) -> UpstreamBody:
+        timeouts = attempt.provider.timeouts
+        request = attempt.adapter.build_request(call)
+        now = self._loop.time()
+        until = min(now + wait_s, now + timeouts.total_s, self._deadline)
+        try:
+            async with asyncio.timeout_at(until):
+                return await open_upstream(
+                    self._session, attempt.adapter, request, connect_s=timeouts.connect_s
+                )
+        except TimeoutError:
+            raise UpstreamTimeout(
+                f"the upstream did not answer within {wait_s:g}s", code="first_byte_timeout"
+            ) from None
+
+    # --- non-streaming ---------------------------------------------------------------------
+
+    async def _serve_unary(self, attempt: Attempt) -> web.StreamResponse:
+        """Non-streaming upstream, answer passed through as the upstream wrote it."""
+        call = self._call(attempt, stream=False)
+        timeouts = attempt.provider.timeouts
+        # A non-streaming upstream sends its first byte when it is done: only total_s applies.
+        body = await self._open(attempt, call, timeouts.total_s)
+        self._upstream = body
+        try:
+            until = min(self.started + timeouts.total_s, self._deadline)
+            async with asyncio.timeout_at(until):
+                data = await _read_all(body)
+            result = attempt.adapter.unary_result(call, data)
+        except TimeoutError:
+            body.abort()
+            raise UpstreamTimeout("the upstream answer took over total_s") from None
+        except BaseException:
+            body.abort()
+            raise
+        body.release()
+        self.usage = result.usage
+        return web.Response(
+            body=result.body, content_type="application/json", headers=self._commit_headers()
+        )
+
+    async def _serve_accumulated(self, attempt: Attempt) -> web.StreamResponse:
+        """Non-streaming client, streaming-only upstream: accumulate, answer once."""
+        acc = await self._pump(attempt, deliver=False)
+        completion = acc.completion(
+            id=acc.id or "chatcmpl-" + self.request_id,
+            model=acc.model or attempt.model,
+            created=acc.created,
+        )
+        self.usage = acc.usage
+        return web.Response(
+            body=encoder.encode(completion),
+            content_type="application/json",
+            headers=self._commit_headers(),
+        )
+
+    # --- streaming -------------------------------------------------------------------------
+
+    async def _serve_stream(self, attempt: Attempt) -> web.StreamResponse:
+        try:
+            acc = await self._pump(attempt, deliver=True)
+        except UpstreamError as err:
+            if not self.committed:
+                raise
+            await self._write_tail(self._outbound.error(err))
+        except ClientGone:
+            pass
+        except asyncio.CancelledError:
+            if self._shutdown_reason is None or not self.committed:
+                raise
+            _uncancel()
+            shutdown = NoUpstreamAvailable(self._shutdown_reason, code="server_shutting_down")
+            await self._write_tail(self._outbound.error(shutdown))
+        else:
+            self.usage = acc.usage
+            await self._write_tail(self._outbound.end(acc, self._usage_raw))
+        assert self._response is not None
+        return self._response
+
+    async def _pump(self, attempt: Attempt, *, deliver: bool) -> StreamAccumulator:
+        """Run one upstream stream to its end; with `deliver`, write it to the client."""
+        call = self._call(attempt, stream=True)
+        timeouts = attempt.provider.timeouts
+        self._usage_raw = None
+        self._pending = []
+        acc = self.accumulator = StreamAccumulator(
+            single_choice=not (self._request.n and self._request.n > 1),
+            id_seed=self.request_id,
+        )
+        body = await self._open(attempt, call, timeouts.first_byte_s)
+        self._upstream = body
+        decoder = make_decoder(attempt.adapter.framing)
+        translator = attempt.adapter.translator(call)
+        try:
+            await self._read_loop(body, decoder, translator, acc, timeouts, deliver)
+        except BaseException:
+            body.abort()
+            raise
+        body.release()
+        return acc
+
+    async def _read_loop(
+        self,
+        body: UpstreamBody,
+        decoder: Any,
+        translator: StreamTranslator,
+        acc: StreamAccumulator,
+        timeouts: Timeouts,
+        deliver: bool,
+    ) -> None:
+        loop = self._loop
+        opened = loop.time()
+        self._last_upstream = opened
+        self._last_write = opened
+        self._got_bytes = False
+        while True:
+            try:
+                async with asyncio.timeout_at(self._next_wake(opened, timeouts, deliver)):
+                    while True:
+                        data = await body.read()
+                        self._last_upstream = loop.time()
+                        self._got_bytes = True
+                        if not data:
+                            frames = decoder.close()
+                            out = self._translate(frames, translator, acc)
+                            if not translator.done and (
+                                not acc.choices or acc.unfinished_choices()
+                            ):
+                                raise UpstreamProtocolError(
+                                    "the upstream closed the stream before it finished"
+                                )
+                            if deliver:
+                                await self._deliver(out, acc, final=True)
+                            return
+                        out = self._translate(decoder.feed(data), translator, acc)
+                        if deliver and (out or (acc.output_seen and not self.committed)):
+                            await self._deliver(out, acc, final=False)
+            except TimeoutError:
+                await self._on_wake(opened, timeouts, deliver)
+
+    def _translate(
+        self, frames: list[Any], translator: StreamTranslator, acc: StreamAccumulator
+    ) -> list[bytes]:
+        out: list[bytes] = []
+        outbound = self._outbound
+        for frame in frames:
+            for item in translator.feed(frame):
+                chunk = acc.add(item.chunk)
+                if chunk is None:
+                    if acc.usage_chunk is item.chunk:
+                        self._usage_raw = item.raw
+                    continue
+                out.append(outbound.chunk(chunk, item.raw if chunk is item.chunk else None))
+        return out
+
+    async def _deliver(self, out: list[bytes], acc: StreamAccumulator, *, final: bool) -> None:
+        if not self.committed:
+            self._pending.extend(out)
+            if not (acc.output_seen or final):
+                return
+            if self.first_token_at is None and acc.output_seen:
+                self.first_token_at = self._loop.time()
+            await self._commit()
+            return
+        await self._write(b"".join(out))
+
+    async def _commit(self) -> None:
+        """Send the status line, the headers and whatever was held back."""
+        self.committed = True
+        response = self._response = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+                **self._commit_headers(),
+            },
+        )
+        try:
+            await response.prepare(self._http)
+        except _CLIENT_GONE:
+            raise ClientGone from None
+        pending, self._pending = self._pending, []
+        if pending:
+            await self._write(b"".join(pending))
+
+    async def _write(self, data: bytes, *, progress: bool = True) -> None:
+        """Write to the client. A write that completes counts as progress for the idle
+        deadline (a client slow to read must not look like a silent upstream); a keep-alive
+        (`progress=False`) does not."""
+        assert self._response is not None
+        try:
+            await self._response.write(data)
+        except _CLIENT_GONE:
+            raise ClientGone from None
+        self._last_write = now = self._loop.time()
+        if progress:
+            self._last_upstream = now
+
+    async def _write_tail(self, data: bytes) -> None:
+        """The last bytes of a stream, committing first if nothing was sent yet."""
+        if not self.committed:
+            await self._commit()
+        try:
+            await self._write(data)
+            assert self._response is not None
+            await self._response.write_eof()
+        except (ClientGone, *_CLIENT_GONE):
+            pass
+
+    # --- deadlines -------------------------------------------------------------------------
+
+    def _next_wake(self, opened: float, t: Timeouts, deliver: bool) -> float:
+        wake = min(opened + t.total_s, self._deadline)
+        if self._got_bytes:
+            wake = min(wake, self._last_upstream + t.idle_s)
+        else:
+            wake = min(wake, opened + t.first_byte_s)
+        if deliver:
+            if self.committed:
+                wake = min(wake, self._last_write + self._server.keepalive_s)
+            else:
+                wake = min(wake, self.started + self._server.commit_after_s)
+        return wake
+
+    async def _on_wake(self, opened: float, t: Timeouts, deliver: bool) -> None:
+        """The timer fired: act on whichever deadline really passed (maybe none)."""
+        now = self._loop.time()
+        if now >= opened + t.total_s or now >= self._deadline:
+            raise UpstreamTimeout("the upstream stream ran past its total deadline")
+        if not self._got_bytes and now >= opened + t.first_byte_s:
+            raise UpstreamTimeout(
+                f"no byte from the upstream within {t.first_byte_s:g}s", code="first_byte_timeout"
+            )
+        if self._got_bytes and now >= self._last_upstream + t.idle_s:
+            raise UpstreamTimeout(
+                f"the upstream was silent for over {t.idle_s:g}s", code="idle_timeout"
+            )
+        if not deliver:
+            return
+        if not self.committed and now >= self.started + self._server.commit_after_s:
+            await self._commit()
+        elif self.committed and now >= self._last_write + self._server.keepalive_s:
+            await self._write(KEEPALIVE, progress=False)
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def shut_down(self, reason: str) -> None:
+        """End this request now (graceful shutdown ran out of time): an error event if the
+        stream is committed, the upstream aborted either way."""
+        self._shutdown_reason = reason
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    def _commit_headers(self) -> dict[str, str]:
+        headers = dict(self._headers)
+        if self.attempt is not None:
+            headers["x-gateway-provider"] = self.attempt.provider.name
+            headers["x-gateway-model"] = self.attempt.model
+        headers["x-gateway-attempts"] = str(self.attempts)
+        return headers
+
+
+def _uncancel() -> None:
+    """Take back a cancellation this actor asked for itself (shutdown), so it can still
+    write its answer; a cancellation from anyone else is always re-raised instead."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+
+
+async def _read_all(body: UpstreamBody) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        data = await body.read()
+        if not data:
+            return b"".join(parts)
+        size += len(data)
+        if size > UNARY_BODY_LIMIT:
+            raise UpstreamProtocolError("the upstream answer is larger than 64 MiB")
+        parts.append(data)

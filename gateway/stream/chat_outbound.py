@@ -1,0 +1,56 @@
+"""Canonical chunks out as OpenAI Chat Completions: SSE chunks or one `chat.completion`.
+
+Sans-IO: chunks in, bytes out. A chunk the accumulator left unchanged goes out as the
+upstream's own bytes; anything the gateway built or corrected is encoded here.
+"""
+
+from __future__ import annotations
+
+from gateway.errors import GatewayError
+from gateway.framing.sse import DONE
+from gateway.stream.accumulator import StreamAccumulator
+from gateway.wire.openai_chat import ChatChunk, ErrorBody, ErrorDetail, encoder
+
+
+def error_body(err: GatewayError) -> ErrorBody:
+    return ErrorBody(
+        error=ErrorDetail(message=err.message, type=err.type, param=err.param, code=err.code)
+    )
+
+
+class ChatOutbound:
+    """SSE for one chat stream. `include_usage`: the client asked for the usage chunk."""
+
+    content_type = "text/event-stream"
+
+    __slots__ = ("include_usage",)
+
+    def __init__(self, include_usage: bool) -> None:
+        self.include_usage = include_usage
+
+    def chunk(self, chunk: ChatChunk, raw: bytes | None) -> bytes:
+        return b"data: " + (raw if raw is not None else encoder.encode(chunk)) + b"\n\n"
+
+    def end(self, acc: StreamAccumulator, usage_raw: bytes | None) -> bytes:
+        """The tail of a complete stream: missing finishes, the usage chunk if asked, [DONE]."""
+        parts = []
+        missing = acc.finish_missing()
+        if missing:
+            parts.append(self.chunk(self._template(acc, choices=missing), None))
+        if self.include_usage and acc.usage is not None:
+            if usage_raw is not None:
+                parts.append(self.chunk(acc.usage_chunk or ChatChunk(), usage_raw))
+            else:
+                usage_chunk = self._template(acc, choices=[])
+                usage_chunk.usage = acc.usage
+                parts.append(self.chunk(usage_chunk, None))
+        parts.append(DONE)
+        return b"".join(parts)
+
+    def error(self, err: GatewayError) -> bytes:
+        """A failure after the commit point: an error event, then [DONE]; never a silent end."""
+        return b"data: " + encoder.encode(error_body(err)) + b"\n\n" + DONE
+
+    @staticmethod
+    def _template(acc: StreamAccumulator, choices: list) -> ChatChunk:  # type: ignore[type-arg]
+        return ChatChunk(id=acc.id, created=acc.created, model=acc.model, choices=choices)

@@ -1,0 +1,1 @@
+"""Wire formats as msgspec Structs: pure data, no IO. Must not import asyncio or aiohttp."""

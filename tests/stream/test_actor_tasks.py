@@ -1,0 +1,66 @@
+"""In-process: a client that leaves mid-stream leaves no task and no upstream connection."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from gateway.app import build_app
+from gateway.config import parse_config
+from gateway.server.state import STATE
+from tests.upstreams.openai_upstream import FakeOpenAI
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[TestServer, FakeOpenAI]]:
+    fake = FakeOpenAI().start()
+    config = parse_config(
+        f"""
+store: {{url: "memory://"}}
+providers:
+  - {{name: up, kind: openai, base_url: "{fake.base_url}", keys: [{{key: k}}]}}
+""",
+        env={},
+    )
+    server = TestServer(build_app(config), host="127.0.0.1", handler_cancellation=True)
+    await server.start_server()
+    try:
+        yield server, fake
+    finally:
+        await server.close()
+        fake.stop()
+
+
+async def test_disconnect_cancels_upstream_and_leaves_no_task(
+    served: tuple[TestServer, FakeOpenAI],
+) -> None:
+    server, fake = served
+    state = server.app[STATE]  # type: ignore[index]
+    baseline = asyncio.all_tasks()
+    async with aiohttp.ClientSession() as session:
+        response = await session.post(
+            server.make_url("/v1/chat/completions"),
+            json={
+                "model": "up/slow",
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream": True,
+            },
+        )
+        assert response.status == 200
+        assert (await response.content.readline()).startswith(b"data: ")
+        assert len(state.active) == 1
+        fake.disconnected.clear()
+        response.close()  # the client goes away mid-stream
+        took = await asyncio.to_thread(fake.wait_disconnect, 1.0)
+        assert took is not None, "upstream still connected a second after the client left"
+    for _ in range(100):
+        if not state.active and asyncio.all_tasks() <= baseline:
+            break
+        await asyncio.sleep(0.01)
+    assert not state.active
+    leftover = asyncio.all_tasks() - baseline
+    assert not leftover, leftover
