@@ -1,0 +1,372 @@
+"""Load benchmark: the gateway's throughput and added latency against a fake upstream.
+
+    python -m bench.load [--duration S] [--connections 1,16,64] [--quick] [--direct-only]
+
+Starts bench.fake_upstream (pinned with the load generator to one CPU) and the gateway (pinned to
+another CPU) on free loopback ports, checks that the gateway answers correctly in both modes,
+warms up, then for each mode (non-stream, stream) and connection count runs wrk against the
+fake upstream directly and through the gateway, alternating which goes first so machine drift
+cancels. Prints a table (Markdown) and writes bench/results/load-<UTC>.json and latest.json.
+Exit status: 0 all cells passed, 1 a cell failed (errors or non-2xx), 2 the setup failed.
+See docs/benchmarks.md for how to read the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+from bench.fake_upstream import TOKEN
+from bench.load_procs import Pinning, Service, free_port, wait_healthy, wait_idle
+from bench.load_report import REPO, Cell, machine_info, render_table, write_results
+from bench.load_wrk import WrkRun, run_wrk, wrk_version
+
+MODES = ("non-stream", "stream")
+GATEWAY_MODEL = "bench"
+UPSTREAM_MODEL = "fake-model"
+CHAT_PATH = "/v1/chat/completions"
+WARMUP_CONNECTIONS = 16
+
+
+class SetupError(Exception):
+    """The benchmark could not start or the gateway answered wrongly; nothing was measured."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one run measures."""
+
+    duration_s: int
+    connections: tuple[int, ...]
+    warmup_s: int
+    chunks: int
+    direct_only: bool
+    pin: bool
+    ready_timeout_s: float
+
+
+def parse_args(argv: list[str] | None) -> Settings:
+    """Command line -> Settings; explicit flags win over --quick."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.load",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--duration", type=int, help="seconds per wrk run (default 5)")
+    parser.add_argument("--connections", help="comma-separated counts (default 1,16,64)")
+    parser.add_argument("--quick", action="store_true", help="2 s per run, connections 1,16")
+    parser.add_argument("--warmup", type=int, help="warm-up seconds per target and mode")
+    parser.add_argument("--chunks", type=int, default=20, help="content chunks per stream")
+    parser.add_argument(
+        "--direct-only", action="store_true", help="only the fake upstream (no gateway)"
+    )
+    parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
+    parser.add_argument(
+        "--ready-timeout", type=float, default=30.0, help="seconds to wait for the gateway"
+    )
+    args = parser.parse_args(argv)
+    duration = args.duration or (2 if args.quick else 5)
+    spec = args.connections or ("1,16" if args.quick else "1,16,64")
+    try:
+        connections = tuple(int(x) for x in spec.split(",") if x.strip())
+    except ValueError:
+        parser.error(f"--connections must be integers separated by commas, got {spec!r}")
+    if not connections or min(connections) < 1 or duration < 1 or args.chunks < 1:
+        parser.error("--connections, --duration and --chunks must be positive")
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
+    return Settings(
+        duration_s=duration,
+        connections=connections,
+        warmup_s=max(0, warmup),
+        chunks=args.chunks,
+        direct_only=args.direct_only,
+        pin=not args.no_pin,
+        ready_timeout_s=args.ready_timeout,
+    )
+
+
+def request_body(mode: str, target: str) -> bytes:
+    """The request wrk repeats. Direct streams ask for usage, as the gateway does upstream."""
+    body: dict[str, object] = {
+        "model": GATEWAY_MODEL if target == "gateway" else UPSTREAM_MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": mode == "stream",
+    }
+    if mode == "stream" and target == "direct":
+        body["stream_options"] = {"include_usage": True}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def gateway_config(port: int, upstream_port: int) -> str:
+    """The gateway's config: one OpenAI-kind provider (the fake upstream) and model "bench"."""
+    return (
+        f"server: {{host: 127.0.0.1, port: {port}}}\n"
+        'store: {url: "memory://"}\n'
+        "providers:\n"
+        "  - {name: up, kind: openai, "
+        f'base_url: "http://127.0.0.1:{upstream_port}/v1", keys: [{{key: bench-key}}]}}\n'
+        "models:\n"
+        f"  - {{name: {GATEWAY_MODEL}, targets: [{{provider: up, model: {UPSTREAM_MODEL}}}]}}\n"
+    )
+
+
+def check_answer(url: str, mode: str, body: bytes, expected: str) -> str | None:
+    """Sends one request; returns None if the answer is a correct completion, else why not."""
+    request = urllib.request.Request(
+        url,
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": "Bearer bench"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            status, raw = response.status, response.read()
+    except urllib.error.HTTPError as error:
+        status, raw = error.code, error.read()
+    except OSError as error:
+        return f"request failed: {error!r}"
+    text = raw.decode("utf-8", "replace")
+    if status != 200:
+        return f"status {status}: {text[:500]}"
+    if mode == "non-stream":
+        try:
+            content = json.loads(text)["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return f"not a chat.completion with choices[0].message.content: {text[:500]}"
+    else:
+        data = [ln[5:].strip() for ln in text.splitlines() if ln.startswith("data:")]
+        if not data or data[-1] != "[DONE]":
+            return f"stream does not end with 'data: [DONE]': ...{text[-300:]!r}"
+        try:
+            chunks = [json.loads(d) for d in data[:-1]]
+            content = "".join(
+                choice["delta"].get("content") or ""
+                for chunk in chunks
+                for choice in chunk["choices"]
+            )
+        except (ValueError, KeyError, TypeError):
+            return f"stream has a malformed chunk: {text[:500]}"
+    if content != expected:
+        return f"content {content!r} != expected {expected!r}"
+    return None
+
+
+class LoadBench:
+    """Owns the subprocesses of one run and measures with them."""
+
+    def __init__(self, settings: Settings, pinning: Pinning, workdir: Path) -> None:
+        self.settings = settings
+        self.pinning = pinning
+        self.workdir = workdir
+        self.services: list[Service] = []
+        self.urls: dict[str, str] = {}
+        self.startup_s: dict[str, float] = {}
+
+    def start(self) -> None:
+        """Starts the fake upstream and (unless direct-only) the gateway; waits until healthy."""
+        up_port = free_port()
+        upstream = self._spawn(
+            "fake_upstream",
+            [
+                *self.pinning.prefix(self.pinning.load_cpu),
+                *(sys.executable, "-m", "bench.fake_upstream"),
+                *("--port", str(up_port), "--chunks", str(self.settings.chunks)),
+            ],
+        )
+        self._wait(upstream, f"http://127.0.0.1:{up_port}/healthz", 15.0)
+        self.urls["direct"] = f"http://127.0.0.1:{up_port}{CHAT_PATH}"
+        if self.settings.direct_only:
+            return
+        gw_port = free_port()
+        config = self.workdir / "gateway.yaml"
+        config.write_text(gateway_config(gw_port, up_port))
+        gateway = self._spawn(
+            "gateway",
+            [
+                *self.pinning.prefix(self.pinning.gateway_cpu),
+                *(sys.executable, "-m", "gateway", "serve", "--config", str(config)),
+                *("--host", "127.0.0.1", "--port", str(gw_port)),
+            ],
+        )
+        self._wait(gateway, f"http://127.0.0.1:{gw_port}/healthz", self.settings.ready_timeout_s)
+        self.urls["gateway"] = f"http://127.0.0.1:{gw_port}{CHAT_PATH}"
+
+    def _spawn(self, name: str, argv: list[str]) -> Service:
+        service = Service(name, argv, self.workdir / f"{name}.log", cwd=REPO)
+        self.services.append(service)
+        return service
+
+    def _wait(self, service: Service, health_url: str, timeout_s: float) -> None:
+        problem = wait_healthy(service, health_url, timeout_s)
+        if problem is not None:
+            raise SetupError(f"{problem}\n--- {service.name} output ---\n{service.log_tail()}")
+        self.startup_s[service.name] = round(time.monotonic() - service.started_at, 3)
+        log(f"{service.name} up (pid {service.pid}) after {self.startup_s[service.name]:.2f}s")
+
+    def verify(self) -> dict[str, str]:
+        """One plain request per target and mode; any wrong answer stops the benchmark."""
+        expected = TOKEN * self.settings.chunks
+        checked = {}
+        for target, url in self.urls.items():
+            for mode in MODES:
+                problem = check_answer(url, mode, request_body(mode, target), expected)
+                if problem is not None:
+                    service = self.services[0 if target == "direct" else 1]
+                    raise SetupError(
+                        f"{target} {mode}: wrong answer: {problem}\n"
+                        f"--- {service.name} output ---\n{service.log_tail()}"
+                    )
+                checked[f"{target} {mode}"] = "ok"
+        log("answers verified: " + ", ".join(checked))
+        return checked
+
+    def warm_up(self) -> None:
+        """Short unrecorded runs so pools, caches and the JIT-less interpreter settle."""
+        if not self.settings.warmup_s:
+            return
+        conns = min(WARMUP_CONNECTIONS, max(self.settings.connections))
+        for mode in MODES:
+            for target in self.urls:
+                run = self._measure(target, mode, conns, self.settings.warmup_s)
+                if not run.ok:
+                    log(f"warm-up {mode} {target}: {'; '.join(run.problems)}")
+        log("warm-up done")
+
+    def run_cells(self) -> list[Cell]:
+        """Every (mode, connections) cell; direct and gateway alternate who goes first."""
+        cells: list[Cell] = []
+        targets = list(self.urls)
+        for mode in MODES:
+            for conns in self.settings.connections:
+                cell = Cell(mode, conns)
+                order = targets if len(cells) % 2 == 0 else targets[::-1]
+                for target in order:
+                    run = self._measure(target, mode, conns, self.settings.duration_s)
+                    setattr(cell, target, run)
+                    log(_progress_line(mode, run))
+                cells.append(cell)
+        return cells
+
+    def _measure(self, target: str, mode: str, conns: int, duration_s: int) -> WrkRun:
+        if not wait_idle(self.services):
+            log("note: processes not idle before the run")
+        before = {s.name: s.cpu_seconds() for s in self.services}
+        t0 = time.monotonic()
+        run = run_wrk(
+            target,
+            self.urls[target],
+            request_body(mode, target),
+            conns,
+            duration_s,
+            self.pinning.prefix(self.pinning.load_cpu),
+        )
+        elapsed = time.monotonic() - t0
+        # Share of one core each process used while wrk ran: 100 means CPU-bound.
+        run.cpu = {
+            s.name: round((s.cpu_seconds() - before[s.name]) / elapsed * 100, 1)
+            for s in self.services
+        }
+        return run
+
+    def processes(self) -> dict[str, object]:
+        """What ran, for the report."""
+        return {
+            s.name: {
+                "argv": s.argv,
+                "pid": s.pid,
+                "startup_s": self.startup_s.get(s.name),
+                "peak_rss_kib": s.peak_rss_kib(),
+            }
+            for s in self.services
+        }
+
+    def stop(self) -> None:
+        """Stops every started process by its id, newest first."""
+        for service in reversed(self.services):
+            service.stop()
+
+
+def _progress_line(mode: str, run: WrkRun) -> str:
+    status = "ok" if run.ok else "FAIL: " + "; ".join(run.problems)
+    cpu = " ".join(f"{name} {pct:.0f}%" for name, pct in run.cpu.items())
+    return (
+        f"{mode:<10} c={run.connections:<3} {run.target:<7} {run.rps:>9,.0f} rps "
+        f"p50 {run.p50_ms:.3f} ms p99 {run.p99_ms:.3f} ms cpu[{cpu}] {status}"
+    )
+
+
+def log(message: str) -> None:
+    """Progress on stderr, so stdout carries only the table."""
+    print(f"[bench.load {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the finally that stops the processes
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the benchmark; see the module docstring for the exit status."""
+    settings = parse_args(argv)
+    wrk = wrk_version()
+    if wrk is None:
+        print("wrk is not on PATH; run: bash bench/install_deps.sh", file=sys.stderr)
+        return 2
+    cpus_allowed = sorted(os.sched_getaffinity(0))
+    pinning = Pinning.detect(settings.pin)
+    if pinning.load_cpu is not None:
+        # Keep this driver off the gateway's CPU too.
+        os.sched_setaffinity(0, {pinning.load_cpu})
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    started = datetime.now(UTC)
+    log(f"pinning: {pinning.describe()}")
+    with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
+        bench = LoadBench(settings, pinning, Path(tmp))
+        try:
+            bench.start()
+            verification = bench.verify()
+            bench.warm_up()
+            cells = bench.run_cells()
+            processes = bench.processes()
+        except SetupError as error:
+            print(f"bench.load: setup failed: {error}", file=sys.stderr)
+            return 2
+        finally:
+            bench.stop()
+    ok = all(cell.ok for cell in cells)
+    table = render_table(cells)
+    report: dict[str, object] = {
+        "benchmark": "bench.load",
+        "started_at": started.isoformat(timespec="seconds"),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "ok": ok,
+        "machine": machine_info(wrk, cpus_allowed),
+        "settings": asdict(settings),
+        "pinning": {**asdict(pinning), "description": pinning.describe()},
+        "processes": processes,
+        "verification": verification,
+        "cells": [cell.to_json() for cell in cells],
+        "table": table,
+    }
+    stamped, _ = write_results(report, started)
+    print(table)
+    print(f"\nresults: {stamped.relative_to(REPO)} (and bench/results/latest.json)")
+    if not ok:
+        failed = [f"{c.mode} c={c.connections}" for c in cells if not c.ok]
+        print(f"FAILED cells: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
