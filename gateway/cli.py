@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import os
 import sys
 from collections.abc import Sequence
+
+import msgspec
 
 from gateway.config import Config, ConfigError, check_config, default_config, load_config
 from gateway.providers.registry import supported_kinds
@@ -41,19 +44,22 @@ def _load(path: str | None) -> Config:
             config = _without_providers(config, set(skipped))
         return config
     config = load_config(path)
-    unsupported = [
-        f"providers[{i}].kind: kind {p.kind!r} is not available in this build yet"
-        for i, p in enumerate(config.providers)
-        if p.kind not in supported_kinds()
-    ]
+    unsupported = _unsupported(config)
     if unsupported:
         raise ConfigError(unsupported)
     return config
 
 
-def _without_providers(config: Config, names: set[str]) -> Config:
-    import msgspec
+def _unsupported(config: Config) -> list[str]:
+    """Problems for provider kinds that the config allows but this build does not serve."""
+    return [
+        f"providers[{i}].kind: kind {p.kind!r} is not available in this build yet"
+        for i, p in enumerate(config.providers)
+        if p.kind not in supported_kinds()
+    ]
 
+
+def _without_providers(config: Config, names: set[str]) -> Config:
     return msgspec.structs.replace(
         config, providers=[p for p in config.providers if p.name not in names]
     )
@@ -62,7 +68,15 @@ def _without_providers(config: Config, names: set[str]) -> Config:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check-config":
-        return check_config(args.path, sys.stdout)
+        report = io.StringIO()
+        status = check_config(args.path, report)
+        problems = _unsupported(load_config(args.path)) if status == 0 else []
+        if problems:
+            print("\n".join(problems))
+            print(f"{len(problems)} problem{'s' if len(problems) > 1 else ''} in {args.path}")
+            return 1
+        sys.stdout.write(report.getvalue())
+        return status
     from gateway.server.runner import LOG_FORMAT, serve
 
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)

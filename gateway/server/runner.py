@@ -135,6 +135,7 @@ def _supervise(config: Config, host: str, port: int, workers: int, holder: socke
     signal.signal(signal.SIGINT, on_signal)
     log.info("supervising %d workers on %s:%d", workers, host, port)
     deadline: float | None = None
+    failed = 0
     while procs:
         multiprocessing.connection.wait([p.sentinel for p in procs], timeout=1.0)
         for proc in list(procs):
@@ -146,6 +147,7 @@ def _supervise(config: Config, host: str, port: int, workers: int, holder: socke
                 time.sleep(0.5)
                 procs.append(start())
             elif proc.exitcode != 0:
+                failed += 1
                 log.error("worker %s exited with %s while stopping", proc.pid, proc.exitcode)
         if stopping and deadline is None:
             deadline = time.monotonic() + config.server.shutdown_grace_s + 15
@@ -153,4 +155,4 @@ def _supervise(config: Config, host: str, port: int, workers: int, holder: socke
             for proc in procs:
                 proc.kill()
     holder.close()
-    return 0
+    return 1 if failed else 0
