@@ -28,6 +28,7 @@ class UpstreamCall(msgspec.Struct, kw_only=True):
     model: str  # the upstream model id
     stream: bool  # whether the upstream is asked to stream
     request_id: str
+    created: int = 0  # unix seconds when the request arrived (sans-IO: passed in)
 
 
 class UpstreamRequest(msgspec.Struct, kw_only=True):

@@ -85,7 +85,7 @@ def render_frames(call: UpstreamCall, options: MockOptions) -> list[bytes]:
     chunk_id = "chatcmpl-mock-" + call.request_id
 
     def frame(choice: ChunkChoice | None, usage: Usage | None = None) -> bytes:
-        chunk = ChatChunk(id=chunk_id, created=0, model=call.model)
+        chunk = ChatChunk(id=chunk_id, created=call.created, model=call.model)
         if choice is not None:
             chunk.choices = [choice]
         if usage is not None:

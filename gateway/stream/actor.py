@@ -16,6 +16,7 @@ actor checks which deadline really passed and re-arms.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import aiohttp
@@ -73,6 +74,7 @@ class StreamActor:
         self._headers = headers
         self._loop = asyncio.get_running_loop()
         self.started = self._loop.time()
+        self.created = int(time.time())
         self._deadline = self.started + deadline_s
         self.stream = bool(request.stream)
         options = request.stream_options
@@ -134,6 +136,7 @@ class StreamActor:
             model=attempt.model,
             stream=stream,
             request_id=self.request_id,
+            created=self.created,
         )
 
     async def _open(self, attempt: Attempt, call: UpstreamCall, wait_s: float) -> UpstreamBody:
