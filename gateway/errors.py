@@ -38,6 +38,7 @@ class GatewayError(Exception):
         super().__init__(message)
         self.message = message
         self.param = param
+        self.headers: dict[str, str] = {}  # extra response headers (x-gateway-attempts)
         if code is not None:
             self.code = code
 

@@ -99,6 +99,10 @@ def status_error(
     succeed (auth, rate limits, conflicts, 5xx). Other 4xx answers are the client's fault and
     keep the upstream's type, code and param so the client sees what the provider said."""
     retryable = status in RETRYABLE_STATUSES or status >= 500
+    if status in (401, 403):
+        # Providers quote part of the rejected key ("Incorrect API key provided: sk-ab***yz");
+        # the gateway's credentials are never the client's business.
+        message = f"the upstream rejected the gateway's credentials (HTTP {status})"
     err = UpstreamStatusError(
         message or f"upstream answered HTTP {status}",
         retryable=retryable,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.errors import BadRequest, NoUpstreamAvailable
+from gateway.errors import BadRequest, GatewayError, NoUpstreamAvailable
 from gateway.server.auth import authorize
 from gateway.server.request_body import read_json_object, typed
 from gateway.server.state import REQUEST_ID, STATE
@@ -40,6 +40,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     state.enter(actor)
     try:
         return await actor.run()
+    except GatewayError as err:
+        if actor.attempts:
+            err.headers["x-gateway-attempts"] = str(actor.attempts)
+        raise
     finally:
         state.leave(actor)
 

@@ -31,7 +31,9 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 
 
 def error_response(err: GatewayError, request_id: str | None = None) -> web.Response:
-    headers = {"x-request-id": request_id} if request_id else None
+    headers = dict(err.headers)
+    if request_id:
+        headers["x-request-id"] = request_id
     return web.Response(
         status=err.status,
         body=encoder.encode(error_body(err)),

@@ -115,6 +115,14 @@ providers:
     base_url: {upstream.base_url}
     keys: [{{key: "{UPSTREAM_KEY}"}}]
     timeouts: {{total_s: 1.5}}
+  - name: badkeys
+    kind: openai
+    base_url: {upstream.base_url}
+    keys: [{{key: sk-bad-1}}, {{key: sk-bad-2}}]
+  - name: onebad
+    kind: openai
+    base_url: {upstream.base_url}
+    keys: [{{key: sk-bad-1, weight: 1000000}}, {{key: "{UPSTREAM_KEY}"}}]
   - name: mock
     kind: mock
 models:

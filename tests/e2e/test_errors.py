@@ -136,9 +136,10 @@ def test_upstream_failures_before_commit(
     gateway: Gateway, model: str, status: int, exc: type[Exception], stream: bool
 ) -> None:
     body = json.dumps({"model": model, "messages": CHAT, "stream": stream}).encode()
-    got, _headers, data = post(gateway, body)
+    got, headers, data = post(gateway, body)
     assert got == status, data
     error_of(data)
+    assert headers["x-gateway-attempts"] == "1"
     client = openai.OpenAI(base_url=gateway.v1, api_key="k", max_retries=0, timeout=20)
     with pytest.raises(exc):
         client.chat.completions.create(model=model, messages=CHAT, stream=stream)  # type: ignore[call-overload]
@@ -170,10 +171,25 @@ def test_failover_to_next_priority(gateway: Gateway) -> None:
         assert headers["x-gateway-provider"] == "up"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_failover_to_the_next_key(gateway: Gateway, stream: bool) -> None:
+    body = json.dumps({"model": "onebad/text", "messages": CHAT, "stream": stream}).encode()
+    status, headers, _ = post(gateway, body)
+    assert status == 200
+    assert headers["x-gateway-attempts"] == "2"  # the heavy bad key first, then the good one
+    body = json.dumps({"model": "badkeys/text", "messages": CHAT, "stream": stream}).encode()
+    status, headers, data = post(gateway, body)
+    assert status == 502
+    assert headers["x-gateway-attempts"] == "2"
+    message = error_of(data)["message"]
+    assert "rejected the gateway's credentials (HTTP 401)" in message
+    assert "sk-bad" not in data.decode()  # the provider quotes the key: never passed on
+
+
 def test_models_list(gateway: Gateway) -> None:
     client = openai.OpenAI(base_url=gateway.v1, api_key="k", max_retries=0)
     ids = [m.id for m in client.models.list()]
-    assert ids == ["fallback", "up/fail-500", "up/text", "mock", "mock/mock"]
+    assert ids == ["fallback", "up/fail-500", "up/text", "mock", "mock/mock"]  # no provider list
     status, _, _ = post(gateway, b"", path="/v1/models", method="GET")
     assert status == 200
 

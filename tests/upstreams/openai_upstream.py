@@ -17,6 +17,8 @@ provider `up` is driven with `"model": "up/<scenario>"`:
   think                the role chunk, 1 s of silence, then the text (commit point, keep-alive)
   stall                content, then silence (idle timeout after the commit point)
 
+A key starting with `sk-bad` gets a 401, whatever the scenario.
+
 Every request is recorded (headers and JSON body); `closed` counts streams whose client
 (the gateway) went away before the end. It runs on its own thread and loop so that tests
 can use synchronous clients.
@@ -109,6 +111,18 @@ class FakeOpenAI:
         body = await request.json()
         self.requests.append(Recorded(dict(request.headers), body))
         scenario = body.get("model", "text")
+        if request.headers.get("Authorization", "").startswith("Bearer sk-bad"):
+            return web.json_response(
+                {
+                    "error": {
+                        "message": "Incorrect API key provided",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": "invalid_api_key",
+                    }
+                },
+                status=401,
+            )
         if scenario.startswith("fail-"):
             status = int(scenario.removeprefix("fail-"))
             return web.json_response(
