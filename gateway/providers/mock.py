@@ -54,7 +54,7 @@ def sample_arguments(parameters: Any) -> str:
         else:
             kind = schema.get("type")
             if isinstance(kind, list):
-                kind = next((k for k in kind if k != "null"), "string")
+                kind = next((k for k in kind if k != "null"), "null" if kind else "string")
             args[name] = _SAMPLE_BY_TYPE.get(kind, "mock") if isinstance(kind, str) else "mock"
     return encoder.encode(args).decode()
 

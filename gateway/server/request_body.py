@@ -39,7 +39,8 @@ def typed(body: dict[str, Any], kind: type[T]) -> T:
         param = None
         at = _PATH.search(message)
         if at:
-            param = at.group("path") or None
+            # msgspec names a value inside a mapping `metadata[...]`: the field is the mapping
+            param = at.group("path").split("[...]", 1)[0] or None
             message = message[: at.start()]
         missing = _MISSING.match(message)
         if missing:
@@ -47,5 +48,6 @@ def typed(body: dict[str, Any], kind: type[T]) -> T:
             param = prefix + missing.group("field")
             message = f"Missing required parameter: '{param}'"
         else:
-            message = f"Invalid type for '{param or 'body'}': {message[:1].lower()}{message[1:]}"
+            what = "value" if message.startswith("Invalid enum value") else "type"
+            message = f"Invalid {what} for '{param or 'body'}': {message[:1].lower()}{message[1:]}"
         raise BadRequest(message, param=param, code="invalid_request") from None

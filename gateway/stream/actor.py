@@ -35,6 +35,7 @@ from gateway.providers.base import StreamTranslator, UpstreamCall
 from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
+from gateway.stream.deadlines import Deadlines
 from gateway.stream.outcome import final_error
 from gateway.stream.transport import UpstreamBody, open_upstream
 from gateway.wire.openai_chat import ChatRequest, Usage, encoder
@@ -91,8 +92,7 @@ class StreamActor:
         self._task: asyncio.Task[Any] | None = None
         self._shutdown_reason: str | None = None
         self.usage: Usage | None = None
-        self._last_upstream = self._last_write = self.started
-        self._got_bytes = False
+        self._deadlines: Deadlines | None = None
 
     # --- attempts ----------------------------------------------------------------------
 
@@ -250,17 +250,21 @@ class StreamActor:
         deliver: bool,
     ) -> None:
         loop = self._loop
-        opened = loop.time()
-        self._last_upstream = opened
-        self._last_write = opened
-        self._got_bytes = False
+        deadlines = self._deadlines = Deadlines(
+            opened=loop.time(),
+            timeouts=timeouts,
+            request_deadline=self._deadline,
+            commit_at=self.started + self._server.commit_after_s,
+            keepalive_s=self._server.keepalive_s,
+            deliver=deliver,
+        )
         while True:
             try:
-                async with asyncio.timeout_at(self._next_wake(opened, timeouts, deliver)):
+                async with asyncio.timeout_at(deadlines.next_wake(self.committed)):
                     while True:
                         data = await body.read()
-                        self._last_upstream = loop.time()
-                        self._got_bytes = True
+                        deadlines.last_upstream = loop.time()
+                        deadlines.got_bytes = True
                         if not data:
                             frames = decoder.close()
                             out = self._translate(frames, translator, acc)
@@ -277,7 +281,7 @@ class StreamActor:
                         if deliver and (out or (acc.output_seen and not self.committed)):
                             await self._deliver(out, acc, final=False)
             except TimeoutError:
-                await self._on_wake(opened, timeouts, deliver)
+                await self._on_wake(deadlines)
 
     def _translate(
         self, frames: list[Any], translator: StreamTranslator, acc: StreamAccumulator
@@ -334,9 +338,11 @@ class StreamActor:
             await self._response.write(data)
         except _CLIENT_GONE:
             raise ClientGone from None
-        self._last_write = now = self._loop.time()
-        if progress:
-            self._last_upstream = now
+        deadlines = self._deadlines
+        if deadlines is not None:
+            deadlines.last_write = now = self._loop.time()
+            if progress:
+                deadlines.last_upstream = now
 
     async def _write_tail(self, data: bytes) -> None:
         """The last bytes of a stream, committing first if nothing was sent yet."""
@@ -351,37 +357,12 @@ class StreamActor:
 
     # --- deadlines -------------------------------------------------------------------------
 
-    def _next_wake(self, opened: float, t: Timeouts, deliver: bool) -> float:
-        wake = min(opened + t.total_s, self._deadline)
-        if self._got_bytes:
-            wake = min(wake, self._last_upstream + t.idle_s)
-        else:
-            wake = min(wake, opened + t.first_byte_s)
-        if deliver:
-            if self.committed:
-                wake = min(wake, self._last_write + self._server.keepalive_s)
-            else:
-                wake = min(wake, self.started + self._server.commit_after_s)
-        return wake
-
-    async def _on_wake(self, opened: float, t: Timeouts, deliver: bool) -> None:
+    async def _on_wake(self, deadlines: Deadlines) -> None:
         """The timer fired: act on whichever deadline really passed (maybe none)."""
-        now = self._loop.time()
-        if now >= opened + t.total_s or now >= self._deadline:
-            raise UpstreamTimeout("the upstream stream ran past its total deadline")
-        if not self._got_bytes and now >= opened + t.first_byte_s:
-            raise UpstreamTimeout(
-                f"no byte from the upstream within {t.first_byte_s:g}s", code="first_byte_timeout"
-            )
-        if self._got_bytes and now >= self._last_upstream + t.idle_s:
-            raise UpstreamTimeout(
-                f"the upstream was silent for over {t.idle_s:g}s", code="idle_timeout"
-            )
-        if not deliver:
-            return
-        if not self.committed and now >= self.started + self._server.commit_after_s:
+        due = deadlines.due(self._loop.time(), self.committed)
+        if due == "commit":
             await self._commit()
-        elif self.committed and now >= self._last_write + self._server.keepalive_s:
+        elif due == "keepalive":
             await self._write(KEEPALIVE, progress=False)
 
     # --- lifecycle -------------------------------------------------------------------------

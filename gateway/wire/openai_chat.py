@@ -159,7 +159,7 @@ class Delta(Struct):
 class ChunkChoice(Struct):
     index: int = 0
     delta: Delta = msgspec.field(default_factory=Delta)
-    logprobs: Raw | UnsetType | None = UNSET
+    logprobs: Raw | UnsetType = UNSET  # the upstream's bytes; `null` decodes as Raw(b"null")
     finish_reason: str | UnsetType | None = UNSET
 
 
@@ -196,7 +196,7 @@ class Choice(Struct):
     index: int
     message: ResponseMessage
     finish_reason: str | None
-    logprobs: Raw | None = None
+    logprobs: Raw = Raw(b"null")
 
 
 class ChatCompletion(Struct):
