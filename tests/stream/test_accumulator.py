@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import UpstreamProtocolError
-from gateway.framing.sse import SSEDecoder
+from gateway.framing.sse import SSEDecoder, SSEEvent
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import (
     UNSET,
@@ -224,7 +224,8 @@ def test_completion_and_empty_content() -> None:
 # --- recorded streams, split anywhere ------------------------------------------------------
 
 
-def decode_chat_stream(data: bytes, cuts: list[int]) -> list[ChatChunk]:
+def sse_events(data: bytes, cuts: list[int]) -> list[SSEEvent]:
+    """`data` fed to a fresh decoder in pieces cut at `cuts`."""
     decoder = SSEDecoder()
     events = []
     last = 0
@@ -232,6 +233,11 @@ def decode_chat_stream(data: bytes, cuts: list[int]) -> list[ChatChunk]:
         events += decoder.feed(data[last:cut])
         last = cut
     events += decoder.close()
+    return events
+
+
+def decode_chat_stream(data: bytes, cuts: list[int]) -> list[ChatChunk]:
+    events = sse_events(data, cuts)
     return [chunk_decoder.decode(e.data) for e in events if e.data != b"[DONE]"]
 
 
@@ -310,13 +316,7 @@ RESPONSES_FIXTURES = [
 
 
 def feed_responses(acc: StreamAccumulator, data: bytes, cuts: list[int]) -> dict[str, str]:
-    decoder = SSEDecoder()
-    events = []
-    last = 0
-    for cut in [*sorted(cuts), len(data)]:
-        events += decoder.feed(data[last:cut])
-        last = cut
-    events += decoder.close()
+    events = sse_events(data, cuts)
     done: dict[str, str] = {}
     for e in events:
         ev = json.loads(e.data)
