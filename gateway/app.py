@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-import aiohttp
 from aiohttp import web
 
 from gateway.config import Config
@@ -31,29 +30,11 @@ def build_app(config: Config) -> web.Application:
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.on_startup.append(_open_pool)
     app.on_cleanup.append(_close_pool)
     if not config.auth.master_key:
         log.warning("auth.master_key is empty: the gateway is open to anyone who can reach it")
     return app
 
 
-async def _open_pool(app: web.Application) -> None:
-    state = app[STATE]
-    connector = aiohttp.TCPConnector(
-        limit=0,  # per-request concurrency is bounded by the server, not by the pool
-        ttl_dns_cache=300,
-        keepalive_timeout=30,
-    )
-    state.session = aiohttp.ClientSession(
-        connector=connector,
-        auto_decompress=True,
-        skip_auto_headers=("User-Agent",),
-        headers={"User-Agent": "gateway/0.1"},
-    )
-
-
 async def _close_pool(app: web.Application) -> None:
-    session = app[STATE].session
-    if session is not None:
-        await session.close()
+    app[STATE].pool.close()

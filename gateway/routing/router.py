@@ -60,6 +60,7 @@ class Router:
         self._models = {m.name: list(m.targets) for m in config.models}
         self._max_attempts = config.routing.max_attempts
         self._rng = rng or random.Random()
+        self._fixed: dict[str, list[Attempt]] = {}
 
     def targets(self, model: str) -> list[Target]:
         targets = self._models.get(model)
@@ -73,9 +74,22 @@ class Router:
         )
 
     def plan(self, model: str) -> list[Attempt]:
-        """Every attempt this request may make, in order, at most `routing.max_attempts`."""
-        attempts: list[Attempt] = []
+        """Every attempt this request may make, in order, at most `routing.max_attempts`.
+
+        A model whose plan has no choice in it (one target, at most one key) always gets the
+        same plan: it is built once and shared (callers only read it)."""
+        fixed = self._fixed.get(model)
+        if fixed is not None:
+            return fixed
         targets = self.targets(model)
+        attempts = self._draw(targets)
+        fixed_plan = len(targets) == 1 and len(self._providers[targets[0].provider].keys) <= 1
+        if fixed_plan and len(self._fixed) < 4096:  # bounded: provider/model come from clients
+            self._fixed[model] = attempts
+        return attempts
+
+    def _draw(self, targets: list[Target]) -> list[Attempt]:
+        attempts: list[Attempt] = []
         for priority in sorted({t.priority for t in targets}):
             tier = [t for t in targets if t.priority == priority]
             for target in weighted_order(tier, [t.weight for t in tier], self._rng):

@@ -24,11 +24,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if isinstance(chat.n, int) and chat.n < 1:
         raise BadRequest("'n' must be at least 1", param="n")
     plan = state.router.plan(chat.model)
-    assert state.session is not None
     request_id = request[REQUEST_ID]
     actor = StreamActor(
         http=request,
-        session=state.session,
+        pool=state.pool,
         server=state.config.server,
         deadline_s=state.config.routing.deadline_s,
         request=chat,

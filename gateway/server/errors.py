@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import re
-import uuid
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -21,7 +20,7 @@ from gateway.errors import (
     MethodNotAllowed,
     NotFound,
 )
-from gateway.server.state import REQUEST_ID
+from gateway.server.state import REQUEST_ID, STATE
 from gateway.stream.chat_outbound import error_body
 from gateway.wire.openai_chat import encoder
 
@@ -45,7 +44,9 @@ def error_response(err: GatewayError, request_id: str | None = None) -> web.Resp
 def request_id_of(request: web.Request) -> str:
     """The client's `x-request-id` when it is a sane token, else a fresh one."""
     given = request.headers.get("x-request-id", "")
-    return given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+    if given and _REQUEST_ID.fullmatch(given):
+        return given
+    return request.app[STATE].new_request_id()
 
 
 def _from_http_exception(exc: web.HTTPException, request: web.Request) -> GatewayError:

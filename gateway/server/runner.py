@@ -146,7 +146,8 @@ def _supervise(config: Config, host: str, port: int, workers: int, holder: socke
                 log.error("worker %s exited with %s; starting another", proc.pid, proc.exitcode)
                 time.sleep(0.5)
                 procs.append(start())
-            elif proc.exitcode != 0:
+            elif proc.exitcode not in (0, -signal.SIGTERM):
+                # -SIGTERM: the worker was still starting when asked to stop; nothing to drain
                 failed += 1
                 log.error("worker %s exited with %s while stopping", proc.pid, proc.exitcode)
         if stopping and deadline is None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import secrets
 from typing import TYPE_CHECKING
 
-import aiohttp
 from aiohttp import web
 
 from gateway.config import Config
 from gateway.routing.router import Router
+from gateway.stream.http_client import HttpPool
 
 if TYPE_CHECKING:
     from gateway.stream.actor import StreamActor
@@ -21,11 +23,18 @@ class GatewayState:
     def __init__(self, config: Config, router: Router) -> None:
         self.config = config
         self.router = router
-        self.session: aiohttp.ClientSession | None = None
+        self.pool = HttpPool()
         self.active: set[StreamActor] = set()
         self.idle = asyncio.Event()  # set whenever no request is in flight
         self.idle.set()
         self.draining = False
+        # Request ids: a random per-process prefix and a counter, unique across processes
+        # and replicas without a syscall per request.
+        self._id_prefix = secrets.token_hex(6)
+        self._ids = itertools.count(1)
+
+    def new_request_id(self) -> str:
+        return f"{self._id_prefix}{next(self._ids):010x}"
 
     def enter(self, actor: StreamActor) -> None:
         self.active.add(actor)

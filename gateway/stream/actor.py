@@ -36,6 +36,7 @@ from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.deadlines import Deadlines
+from gateway.stream.http_client import HttpPool
 from gateway.stream.outcome import final_error
 from gateway.stream.transport import UpstreamBody, open_upstream
 from gateway.wire.openai_chat import ChatRequest, Usage, encoder
@@ -43,6 +44,11 @@ from gateway.wire.openai_chat import ChatRequest, Usage, encoder
 KEEPALIVE = encode_comment("keep-alive")
 UNARY_BODY_LIMIT = 64 << 20
 _CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError)
+
+
+class _SSEResponse(web.StreamResponse):
+    # aiohttp then sends the headers with the first body bytes: one write, not two.
+    _send_headers_immediately = False
 
 
 class ClientGone(Exception):
@@ -56,7 +62,7 @@ class StreamActor:
         self,
         *,
         http: web.Request,
-        session: aiohttp.ClientSession,
+        pool: HttpPool,
         server: ServerConfig,
         deadline_s: float,
         request: ChatRequest,
@@ -66,7 +72,7 @@ class StreamActor:
         headers: dict[str, str],
     ) -> None:
         self._http = http
-        self._session = session
+        self._pool = pool
         self._server = server
         self._request = request
         self._body = body
@@ -147,7 +153,7 @@ class StreamActor:
         try:
             async with asyncio.timeout_at(until):
                 return await open_upstream(
-                    self._session, attempt.adapter, request, connect_s=timeouts.connect_s
+                    self._pool, attempt.adapter, request, connect_s=timeouts.connect_s
                 )
         except TimeoutError:
             raise UpstreamTimeout(
@@ -275,11 +281,11 @@ class StreamActor:
                                     "the upstream closed the stream before it finished"
                                 )
                             if deliver:
-                                await self._deliver(out, acc, final=True)
+                                self._pending.extend(out)  # sent with the tail, one write
                             return
                         out = self._translate(decoder.feed(data), translator, acc)
-                        if deliver and (out or (acc.output_seen and not self.committed)):
-                            await self._deliver(out, acc, final=False)
+                        if deliver and out:
+                            await self._deliver(out, acc)
             except TimeoutError:
                 await self._on_wake(deadlines)
 
@@ -298,21 +304,19 @@ class StreamActor:
                 out.append(outbound.chunk(chunk, item.raw if chunk is item.chunk else None))
         return out
 
-    async def _deliver(self, out: list[bytes], acc: StreamAccumulator, *, final: bool) -> None:
-        if not self.committed:
-            self._pending.extend(out)
-            if not (acc.output_seen or final):
-                return
-            if self.first_token_at is None and acc.output_seen:
-                self.first_token_at = self._loop.time()
-            await self._commit()
+    async def _deliver(self, out: list[bytes], acc: StreamAccumulator) -> None:
+        if self.committed:
+            await self._write(b"".join(out) if len(out) > 1 else out[0])
             return
-        await self._write(b"".join(out))
+        self._pending.extend(out)
+        if acc.output_seen:
+            self.first_token_at = self._loop.time()
+            await self._commit()
 
-    async def _commit(self) -> None:
-        """Send the status line, the headers and whatever was held back."""
+    async def _start_response(self) -> web.StreamResponse:
+        """Status line and headers, buffered by aiohttp until the first body write."""
         self.committed = True
-        response = self._response = web.StreamResponse(
+        response = self._response = _SSEResponse(
             status=200,
             headers={
                 "Content-Type": "text/event-stream",
@@ -325,9 +329,14 @@ class StreamActor:
             await response.prepare(self._http)
         except _CLIENT_GONE:
             raise ClientGone from None
+        return response
+
+    async def _commit(self) -> None:
+        """Send the status line, the headers and whatever was held back, in one write; with
+        nothing held back (commit_after_s passed) a keep-alive comment carries the headers."""
+        await self._start_response()
         pending, self._pending = self._pending, []
-        if pending:
-            await self._write(b"".join(pending))
+        await self._write(b"".join(pending) if pending else KEEPALIVE, progress=bool(pending))
 
     async def _write(self, data: bytes, *, progress: bool = True) -> None:
         """Write to the client. A write that completes counts as progress for the idle
@@ -345,13 +354,15 @@ class StreamActor:
                 deadlines.last_upstream = now
 
     async def _write_tail(self, data: bytes) -> None:
-        """The last bytes of a stream, committing first if nothing was sent yet."""
-        if not self.committed:
-            await self._commit()
+        """The last bytes of a stream (with anything held back, and the headers if nothing
+        was sent yet) and the end of the response, in one write."""
         try:
-            await self._write(data)
-            assert self._response is not None
-            await self._response.write_eof()
+            response = self._response if self.committed else await self._start_response()
+            assert response is not None
+            if self._pending:
+                data = b"".join(self._pending) + data
+                self._pending = []
+            await response.write_eof(data)
         except (ClientGone, *_CLIENT_GONE):
             pass
 

@@ -1,9 +1,8 @@
-"""Opening an upstream: HTTP through aiohttp's pooled client, or the mock's playback.
+"""Opening an upstream: HTTP through the pooled client, or the mock's playback.
 
-This is the boundary where aiohttp's exceptions become the gateway's `UpstreamError`s; no
-aiohttp exception escapes it. The actor reads the body with `read()` and ends it with
-`release()` (whole body read: the connection goes back to the pool) or `abort()` (anything
-else: the connection is closed, so the upstream stops generating and billing).
+The actor reads the body with `read()` and ends it with `release()` (whole body read: the
+connection goes back to the pool) or `abort()` (anything else: the connection is closed, so
+the upstream stops generating and billing).
 """
 
 from __future__ import annotations
@@ -11,10 +10,9 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-import aiohttp
-
-from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
+from gateway.errors import UpstreamError
 from gateway.providers.base import ProviderAdapter, UpstreamRequest
+from gateway.stream.http_client import HttpPool, UpstreamResponse
 
 ERROR_BODY_LIMIT = 1 << 20
 
@@ -27,28 +25,6 @@ class UpstreamBody(Protocol):
     def release(self) -> None: ...
 
     def abort(self) -> None: ...
-
-
-class HttpBody:
-    __slots__ = ("_content", "_response")
-
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
-        self._content = response.content
-
-    async def read(self) -> bytes:
-        try:
-            return await self._content.readany()
-        except aiohttp.ClientPayloadError as exc:
-            raise UpstreamConnectError(f"upstream broke off the body: {exc}") from None
-        except aiohttp.ClientError as exc:
-            raise UpstreamConnectError(f"upstream connection failed: {exc}") from None
-
-    def release(self) -> None:
-        self._response.release()
-
-    def abort(self) -> None:
-        self._response.close()
 
 
 class PlaybackBody:
@@ -78,7 +54,7 @@ class PlaybackBody:
 
 
 async def open_upstream(
-    session: aiohttp.ClientSession,
+    pool: HttpPool,
     adapter: ProviderAdapter,
     request: UpstreamRequest,
     *,
@@ -90,41 +66,26 @@ async def open_upstream(
     status is read (bounded) and mapped by the adapter."""
     if request.playback is not None:
         return PlaybackBody(request.playback, request.playback_delay_s)
-    try:
-        response = await session.request(
-            request.method,
-            request.url,
-            data=request.body,
-            headers=request.headers,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_s, connect=None),
-            allow_redirects=False,
-        )
-    except aiohttp.ClientConnectorError as exc:
-        raise UpstreamConnectError(f"cannot connect to upstream: {exc.os_error}") from None
-    except aiohttp.ServerTimeoutError:
-        raise UpstreamTimeout(f"connecting to the upstream took over {connect_s}s") from None
-    except aiohttp.ClientError as exc:
-        raise UpstreamConnectError(f"upstream connection failed: {exc}") from None
+    response = await pool.request(request.url, request.headers, request.body, connect_s=connect_s)
     if response.status >= 400:
         raise await _error_answer(adapter, response)
-    return HttpBody(response)
+    return response
 
 
-async def _error_answer(
-    adapter: ProviderAdapter, response: aiohttp.ClientResponse
-) -> UpstreamError:
+async def _error_answer(adapter: ProviderAdapter, response: UpstreamResponse) -> UpstreamError:
     parts: list[bytes] = []
     size = 0
     try:
         while size < ERROR_BODY_LIMIT:
-            part = await response.content.read(ERROR_BODY_LIMIT - size)
+            part = await response.read()
             if not part:
                 break
             parts.append(part)
             size += len(part)
-    except aiohttp.ClientError:
+    except UpstreamError:
         pass  # the status alone still says what happened
     finally:
-        response.close()
-    body = b"".join(parts)
-    return adapter.error_from_response(response.status, body, response.headers)
+        response.abort()
+    return adapter.error_from_response(
+        response.status, b"".join(parts)[:ERROR_BODY_LIMIT], response.head.headers
+    )

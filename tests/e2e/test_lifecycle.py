@@ -100,8 +100,10 @@ def test_grace_expiry_ends_streams_with_an_error_event(
 
 def test_workers_share_the_port(upstream: FakeOpenAI, tmp_path: Path) -> None:
     gw = start_gateway(gateway_config(upstream), tmp_path, ["--workers", "2"])
+    deadline = time.monotonic() + 20
+    while gw.log.read_text().count("listening on") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     try:
-        pids = set()
         for _ in range(40):
             conn = http.client.HTTPConnection("127.0.0.1", port_of(gw), timeout=10)
             conn.request(
@@ -114,7 +116,6 @@ def test_workers_share_the_port(upstream: FakeOpenAI, tmp_path: Path) -> None:
             assert r.status == 200
             assert json.loads(r.read())["choices"][0]["message"]["content"]
             conn.close()
-        pids.add(gw.proc.pid)
     finally:
         assert stop_gateway(gw) == 0
     log = gw.log.read_text()

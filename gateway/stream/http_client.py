@@ -1,0 +1,306 @@
+"""The upstream HTTP/1.1 client: pooled keep-alive connections on asyncio Protocols.
+
+Built for the gateway's one pattern (POST a body, stream the answer back) and for speed:
+a request is one `transport.write`, the response is parsed by the sans-IO
+`framing.http1.ResponseParser` inside `data_received`, and the body is handed to the actor
+as the bytes arrive, with flow control (reading pauses while too much is buffered). A
+response read to its end returns its connection to the pool; anything else closes it, so
+an abandoned upstream stops generating. A kept-alive connection that turns out to be
+closed before any byte of the answer is retried once on a fresh connection.
+
+The OS-level errors of connecting and reading become `UpstreamError`s here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+import time
+from typing import cast
+from urllib.parse import urlsplit
+
+from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
+from gateway.framing.http1 import END, ResponseHead, ResponseParser, encode_request
+
+HIGH_WATER = 1 << 20  # buffered body bytes at which reading pauses
+IDLE_TTL_S = 30.0  # a pooled connection unused this long is closed rather than reused
+MAX_IDLE_PER_HOST = 512
+# Without Accept-Encoding a server may compress; the gateway forwards bytes, so it asks not to.
+_DEFAULT_HEADERS = {"User-Agent": "gateway/0.1", "Accept-Encoding": "identity"}
+
+
+def _with_defaults(headers: dict[str, str]) -> dict[str, str]:
+    """`headers` plus the client's defaults for the names it does not set (any case)."""
+    given = {name.lower() for name in headers}
+    extra = {k: v for k, v in _DEFAULT_HEADERS.items() if k.lower() not in given}
+    return {**extra, **headers} if extra else headers
+
+
+class _Stale(Exception):
+    """A reused connection was closed before any byte of the answer: safe to resend."""
+
+
+class Http1Connection(asyncio.Protocol):
+    """One upstream connection; carries one request at a time."""
+
+    def __init__(self, pool: HttpPool, key: tuple[str, str, int]) -> None:
+        self._pool = pool
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.parser = ResponseParser()
+        self.closed = False
+        self.idle_since = 0.0
+        self.reused = False
+        self._head: asyncio.Future[ResponseHead] | None = None
+        self._body: collections.deque[bytes] = collections.deque()
+        self._buffered = 0
+        self._paused = False
+        self._eof = False
+        self._error: UpstreamError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    # --- asyncio callbacks ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.parser.feed(data)
+        except UpstreamError as err:
+            self._fail(err)
+            self.abort()
+            return
+        for event in events:
+            if event.__class__ is bytes:
+                self._body.append(event)
+                self._buffered += len(event)
+            elif event is END:
+                self._eof = True
+            else:
+                head = self._head
+                if head is not None and not head.done():
+                    head.set_result(event)  # type: ignore[arg-type]
+        if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport: HTTP/1.1 has no half-closed use here
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._pool.forget(self)
+        if self._eof:
+            return
+        if self._head is not None and not self._head.done():
+            if self.reused and not self.parser.started:
+                self._head.set_exception(_Stale())
+            else:
+                self._head.set_exception(
+                    UpstreamConnectError(f"the upstream closed the connection: {exc or 'EOF'}")
+                )
+            return
+        try:
+            events = self.parser.close()
+        except UpstreamError as err:
+            self._fail(err)
+            return
+        if END in events:
+            self._eof = True
+        self._wake()
+
+    # --- the request, as the actor sees it ---------------------------------------------------
+
+    async def send(self, request: bytes) -> ResponseHead:
+        assert self.transport is not None
+        self._head = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        return await self._head
+
+    async def read(self) -> bytes:
+        """The body bytes received so far (waiting for some); b"" at the end of the body."""
+        while True:
+            if self._body:
+                body = self._body
+                data = body.popleft() if len(body) == 1 else b"".join(body)
+                body.clear()
+                self._buffered = 0
+                if self._paused and self.transport is not None:
+                    self._paused = False
+                    self.transport.resume_reading()
+                return data
+            if self._error is not None:
+                raise self._error
+            if self._eof:
+                return b""
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def release(self) -> None:
+        """The response was read to its end: keep the connection if the upstream allows."""
+        head = self.parser.head
+        if (
+            self._eof
+            and not self._body
+            and not self.closed
+            and head is not None
+            and head.keep_alive
+        ):
+            self._reset()
+            self._pool.put(self)
+        else:
+            self.abort()
+
+    def abort(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.abort()
+
+    def _reset(self) -> None:
+        self.parser.reset()
+        self._head = None
+        self._eof = False
+        self._error = None
+        self._body.clear()
+        self._buffered = 0
+        self._paused = False
+
+    def _fail(self, err: UpstreamError) -> None:
+        if self._head is not None and not self._head.done():
+            self._head.set_exception(err)
+        self._error = err
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class UpstreamResponse:
+    """A response whose head arrived; its body is read through the connection."""
+
+    __slots__ = ("connection", "head", "read")
+
+    def __init__(self, connection: Http1Connection, head: ResponseHead) -> None:
+        self.connection = connection
+        self.head = head
+        self.read = connection.read
+
+    @property
+    def status(self) -> int:
+        return self.head.status
+
+    def release(self) -> None:
+        self.connection.release()
+
+    def abort(self) -> None:
+        self.connection.abort()
+
+
+class HttpPool:
+    """Idle keep-alive connections per (scheme, host, port); connects on demand."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, str, int], list[Http1Connection]] = {}
+        self._ssl: ssl.SSLContext | None = None
+        self._targets: dict[str, tuple[tuple[str, str, int], str, str]] = {}
+
+    async def request(
+        self, url: str, headers: dict[str, str], body: bytes, *, connect_s: float
+    ) -> UpstreamResponse:
+        """POST `body` to `url`; returns once the response head arrived."""
+        key, host_header, target = self._target(url)
+        payload = encode_request("POST", target, host_header, _with_defaults(headers), body)
+        for _ in range(2):
+            connection = self._take(key) or await self._connect(key, connect_s)
+            try:
+                head = await connection.send(payload)
+            except _Stale:
+                continue
+            except BaseException:
+                connection.abort()
+                raise
+            return UpstreamResponse(connection, head)
+        raise UpstreamConnectError("the upstream closed kept-alive connections twice")
+
+    def put(self, connection: Http1Connection) -> None:
+        idle = self._idle.setdefault(connection.key, [])
+        if len(idle) >= MAX_IDLE_PER_HOST:
+            connection.abort()
+            return
+        connection.idle_since = time.monotonic()
+        connection.reused = True
+        idle.append(connection)
+
+    def forget(self, connection: Http1Connection) -> None:
+        idle = self._idle.get(connection.key)
+        if idle and connection in idle:
+            idle.remove(connection)
+
+    def close(self) -> None:
+        for idle in self._idle.values():
+            for connection in idle:
+                connection.abort()
+        self._idle.clear()
+
+    def _take(self, key: tuple[str, str, int]) -> Http1Connection | None:
+        idle = self._idle.get(key)
+        now = time.monotonic()
+        while idle:
+            connection = idle.pop()
+            if not connection.closed and now - connection.idle_since < IDLE_TTL_S:
+                return connection
+            connection.abort()
+        return None
+
+    async def _connect(self, key: tuple[str, str, int], connect_s: float) -> Http1Connection:
+        scheme, host, port = key
+        loop = asyncio.get_running_loop()
+        context = self._ssl_context() if scheme == "https" else None
+        try:
+            async with asyncio.timeout(connect_s):
+                _, protocol = await loop.create_connection(
+                    lambda: Http1Connection(self, key),
+                    host,
+                    port,
+                    ssl=context,
+                    server_hostname=host if context is not None else None,
+                )
+        except TimeoutError:
+            raise UpstreamTimeout(
+                f"connecting to {host}:{port} took over {connect_s:g}s", code="connect_timeout"
+            ) from None
+        except (OSError, ssl.SSLError) as exc:
+            raise UpstreamConnectError(f"cannot connect to {host}:{port}: {exc}") from None
+        return protocol
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        return self._ssl
+
+    def _target(self, url: str) -> tuple[tuple[str, str, int], str, str]:
+        cached = self._targets.get(url)
+        if cached is not None:
+            return cached
+        parts = urlsplit(url)
+        scheme = parts.scheme
+        if scheme not in ("http", "https") or not parts.hostname:
+            raise UpstreamConnectError(f"unsupported upstream URL scheme in {scheme}://...")
+        default = 443 if scheme == "https" else 80
+        port = parts.port or default
+        host = parts.hostname
+        shown = f"[{host}]" if ":" in host else host
+        host_header = shown if port == default else f"{shown}:{port}"
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        result = ((scheme, host, port), host_header, target)
+        if len(self._targets) < 1024:
+            self._targets[url] = result
+        return result
