@@ -207,9 +207,9 @@ class UpstreamResponse:
 class HttpPool:
     """Idle keep-alive connections per (scheme, host, port); connects on demand."""
 
-    def __init__(self) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
         self._idle: dict[tuple[str, str, int], list[Http1Connection]] = {}
-        self._ssl: ssl.SSLContext | None = None
+        self._ssl = ssl_context  # None: the system trust store, made on first https use
         self._targets: dict[str, tuple[tuple[str, str, int], str, str]] = {}
 
     async def request(
