@@ -19,7 +19,6 @@ import asyncio
 import time
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from gateway.config import ServerConfig, Timeouts
@@ -30,29 +29,18 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.framing.registry import make_decoder
-from gateway.framing.sse import encode_comment
 from gateway.providers.base import StreamTranslator, UpstreamCall
 from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
+from gateway.stream.client_stream import ClientGone, ClientStream
 from gateway.stream.deadlines import Deadlines
 from gateway.stream.http_client import HttpPool
 from gateway.stream.outcome import final_error
 from gateway.stream.transport import UpstreamBody, open_upstream
 from gateway.wire.openai_chat import ChatRequest, Usage, encoder
 
-KEEPALIVE = encode_comment("keep-alive")
 UNARY_BODY_LIMIT = 64 << 20
-_CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError)
-
-
-class _SSEResponse(web.StreamResponse):
-    # aiohttp then sends the headers with the first body bytes: one write, not two.
-    _send_headers_immediately = False
-
-
-class ClientGone(Exception):
-    """The client closed its connection; the upstream is aborted and nothing more is sent."""
 
 
 class StreamActor:
@@ -88,17 +76,16 @@ class StreamActor:
         self._outbound = ChatOutbound(bool(options and options.include_usage))
         self.attempts = 0
         self.attempt: Attempt | None = None
-        self.committed = False
+        self.client = ClientStream(http, self._commit_headers, self._loop)
         self.accumulator: StreamAccumulator | None = None
-        self.first_token_at: float | None = None
-        self._response: web.StreamResponse | None = None
-        self._pending: list[bytes] = []
         self._usage_raw: bytes | None = None
-        self._upstream: UpstreamBody | None = None
         self._task: asyncio.Task[Any] | None = None
         self._shutdown_reason: str | None = None
         self.usage: Usage | None = None
-        self._deadlines: Deadlines | None = None
+
+    @property
+    def committed(self) -> bool:
+        return self.client.committed
 
     # --- attempts ----------------------------------------------------------------------
 
@@ -167,10 +154,10 @@ class StreamActor:
         call = self._call(attempt, stream=False)
         timeouts = attempt.provider.timeouts
         # A non-streaming upstream sends its first byte when it is done: only total_s applies.
+        opened = self._loop.time()
         body = await self._open(attempt, call, timeouts.total_s)
-        self._upstream = body
         try:
-            until = min(self.started + timeouts.total_s, self._deadline)
+            until = min(opened + timeouts.total_s, self._deadline)
             async with asyncio.timeout_at(until):
                 data = await _read_all(body)
             result = attempt.adapter.unary_result(call, data)
@@ -209,33 +196,30 @@ class StreamActor:
         except UpstreamError as err:
             if not self.committed:
                 raise
-            await self._write_tail(self._outbound.error(err))
+            return await self.client.end(self._outbound.error(err))
         except ClientGone:
-            pass
+            assert self.client.response is not None
+            return self.client.response
         except asyncio.CancelledError:
             if self._shutdown_reason is None or not self.committed:
                 raise
             _uncancel()
             shutdown = NoUpstreamAvailable(self._shutdown_reason, code="server_shutting_down")
-            await self._write_tail(self._outbound.error(shutdown))
-        else:
-            self.usage = acc.usage
-            await self._write_tail(self._outbound.end(acc, self._usage_raw))
-        assert self._response is not None
-        return self._response
+            return await self.client.end(self._outbound.error(shutdown))
+        self.usage = acc.usage
+        return await self.client.end(self._outbound.end(acc, self._usage_raw))
 
     async def _pump(self, attempt: Attempt, *, deliver: bool) -> StreamAccumulator:
         """Run one upstream stream to its end; with `deliver`, write it to the client."""
         call = self._call(attempt, stream=True)
         timeouts = attempt.provider.timeouts
         self._usage_raw = None
-        self._pending = []
+        self.client.pending = []
         acc = self.accumulator = StreamAccumulator(
             single_choice=not (self._request.n and self._request.n > 1),
             id_seed=self.request_id,
         )
         body = await self._open(attempt, call, timeouts.first_byte_s)
-        self._upstream = body
         decoder = make_decoder(attempt.adapter.framing)
         translator = attempt.adapter.translator(call)
         try:
@@ -256,7 +240,7 @@ class StreamActor:
         deliver: bool,
     ) -> None:
         loop = self._loop
-        deadlines = self._deadlines = Deadlines(
+        deadlines = self.client.deadlines = Deadlines(
             opened=loop.time(),
             timeouts=timeouts,
             request_deadline=self._deadline,
@@ -281,11 +265,11 @@ class StreamActor:
                                     "the upstream closed the stream before it finished"
                                 )
                             if deliver:
-                                self._pending.extend(out)  # sent with the tail, one write
+                                self.client.pending.extend(out)  # leaves with the tail
                             return
                         out = self._translate(decoder.feed(data), translator, acc)
                         if deliver and out:
-                            await self._deliver(out, acc)
+                            await self.client.deliver(out, acc.output_seen)
             except TimeoutError:
                 await self._on_wake(deadlines)
 
@@ -304,77 +288,15 @@ class StreamActor:
                 out.append(outbound.chunk(chunk, item.raw if chunk is item.chunk else None))
         return out
 
-    async def _deliver(self, out: list[bytes], acc: StreamAccumulator) -> None:
-        if self.committed:
-            await self._write(b"".join(out) if len(out) > 1 else out[0])
-            return
-        self._pending.extend(out)
-        if acc.output_seen:
-            self.first_token_at = self._loop.time()
-            await self._commit()
-
-    async def _start_response(self) -> web.StreamResponse:
-        """Status line and headers, buffered by aiohttp until the first body write."""
-        self.committed = True
-        response = self._response = _SSEResponse(
-            status=200,
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache",
-                "X-Accel-Buffering": "no",
-                **self._commit_headers(),
-            },
-        )
-        try:
-            await response.prepare(self._http)
-        except _CLIENT_GONE:
-            raise ClientGone from None
-        return response
-
-    async def _commit(self) -> None:
-        """Send the status line, the headers and whatever was held back, in one write; with
-        nothing held back (commit_after_s passed) a keep-alive comment carries the headers."""
-        await self._start_response()
-        pending, self._pending = self._pending, []
-        await self._write(b"".join(pending) if pending else KEEPALIVE, progress=bool(pending))
-
-    async def _write(self, data: bytes, *, progress: bool = True) -> None:
-        """Write to the client. A write that completes counts as progress for the idle
-        deadline (a client slow to read must not look like a silent upstream); a keep-alive
-        (`progress=False`) does not."""
-        assert self._response is not None
-        try:
-            await self._response.write(data)
-        except _CLIENT_GONE:
-            raise ClientGone from None
-        deadlines = self._deadlines
-        if deadlines is not None:
-            deadlines.last_write = now = self._loop.time()
-            if progress:
-                deadlines.last_upstream = now
-
-    async def _write_tail(self, data: bytes) -> None:
-        """The last bytes of a stream (with anything held back, and the headers if nothing
-        was sent yet) and the end of the response, in one write."""
-        try:
-            response = self._response if self.committed else await self._start_response()
-            assert response is not None
-            if self._pending:
-                data = b"".join(self._pending) + data
-                self._pending = []
-            await response.write_eof(data)
-        except (ClientGone, *_CLIENT_GONE):
-            pass
-
     # --- deadlines -------------------------------------------------------------------------
 
     async def _on_wake(self, deadlines: Deadlines) -> None:
         """The timer fired: act on whichever deadline really passed (maybe none)."""
         due = deadlines.due(self._loop.time(), self.committed)
         if due == "commit":
-            await self._commit()
+            await self.client.commit()
         elif due == "keepalive":
-            await self._write(KEEPALIVE, progress=False)
+            await self.client.keepalive()
 
     # --- lifecycle -------------------------------------------------------------------------
 

@@ -1,0 +1,112 @@
+"""The stream toward the client: held back until the commit point, then written with
+backpressure, ended in one write.
+
+Owned by one StreamActor. Headers are buffered by aiohttp and leave with the first body
+bytes; a failed write to a client that left raises `ClientGone`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import aiohttp
+from aiohttp import web
+
+from gateway.framing.sse import encode_comment
+from gateway.stream.deadlines import Deadlines
+
+KEEPALIVE = encode_comment("keep-alive")
+_CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError)
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",  # nginx and friends must not buffer a stream
+}
+
+
+class _SSEResponse(web.StreamResponse):
+    # aiohttp then sends the headers with the first body bytes: one write, not two.
+    _send_headers_immediately = False
+
+
+class ClientGone(Exception):
+    """The client closed its connection; nothing more can be sent."""
+
+
+class ClientStream:
+    def __init__(
+        self,
+        http: web.Request,
+        headers: Callable[[], dict[str, str]],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._http = http
+        self._headers = headers  # called at the commit point, so the headers are true then
+        self._loop = loop
+        self.committed = False
+        self.pending: list[bytes] = []
+        self.response: web.StreamResponse | None = None
+        self.deadlines: Deadlines | None = None  # the read loop's, told about each write
+        self.first_output_at: float | None = None
+
+    async def deliver(self, out: list[bytes], output_seen: bool) -> None:
+        """Bytes of one upstream read: held until the first output, then written at once."""
+        if self.committed:
+            await self.write(b"".join(out) if len(out) > 1 else out[0])
+            return
+        self.pending.extend(out)
+        if output_seen:
+            self.first_output_at = self._loop.time()
+            await self.commit()
+
+    async def commit(self) -> None:
+        """Send the status line, the headers and whatever was held back, in one write; with
+        nothing held back (commit_after_s passed) a keep-alive comment carries the headers."""
+        await self._start()
+        pending, self.pending = self.pending, []
+        await self.write(b"".join(pending) if pending else KEEPALIVE, progress=bool(pending))
+
+    async def keepalive(self) -> None:
+        await self.write(KEEPALIVE, progress=False)
+
+    async def write(self, data: bytes, *, progress: bool = True) -> None:
+        """Write with backpressure. A write that completes counts as progress for the idle
+        deadline (a client slow to read must not look like a silent upstream); a keep-alive
+        (`progress=False`) does not."""
+        assert self.response is not None
+        try:
+            await self.response.write(data)
+        except _CLIENT_GONE:
+            raise ClientGone from None
+        deadlines = self.deadlines
+        if deadlines is not None:
+            deadlines.last_write = now = self._loop.time()
+            if progress:
+                deadlines.last_upstream = now
+
+    async def end(self, data: bytes) -> web.StreamResponse:
+        """The last bytes (with anything held back, and the headers if nothing was sent
+        yet) and the end of the response, in one write. A client that left is ignored."""
+        try:
+            response = self.response if self.committed else await self._start()
+            assert response is not None
+            if self.pending:
+                data = b"".join(self.pending) + data
+                self.pending = []
+            await response.write_eof(data)
+        except (ClientGone, *_CLIENT_GONE):
+            pass
+        assert self.response is not None
+        return self.response
+
+    async def _start(self) -> web.StreamResponse:
+        self.committed = True
+        response = self.response = _SSEResponse(
+            status=200, headers={**SSE_HEADERS, **self._headers()}
+        )
+        try:
+            await response.prepare(self._http)
+        except _CLIENT_GONE:
+            raise ClientGone from None
+        return response
