@@ -77,33 +77,32 @@ class ResponseParser:
             return events
         buffer = self._buffer + data if self._buffer else data
         self._buffer = b""
-        while buffer:
+        # Positions into `buffer`, never re-slicing what is left: one read may hold dozens
+        # of chunks, and slicing the rest after each would copy it again and again.
+        pos, size = 0, len(buffer)
+        while pos < size:
             state = self._state
-            if state == _LENGTH:
-                take = min(self._remaining, len(buffer))
-                events.append(buffer[:take] if take < len(buffer) else buffer)
-                buffer = buffer[take:]
+            if state in (_LENGTH, _CHUNK_DATA):
+                take = min(self._remaining, size - pos)
+                events.append(buffer if take == size else buffer[pos : pos + take])
+                pos += take
                 self._remaining -= take
                 if not self._remaining:
-                    self._finish(events)
-            elif state == _CHUNK_DATA:
-                take = min(self._remaining, len(buffer))
-                events.append(buffer[:take] if take < len(buffer) else buffer)
-                buffer = buffer[take:]
-                self._remaining -= take
-                if not self._remaining:
-                    self._state = _CHUNK_CRLF
+                    if state == _LENGTH:
+                        self._finish(events)
+                    else:
+                        self._state = _CHUNK_CRLF
             elif state == _UNTIL_CLOSE:
-                events.append(buffer)
-                buffer = b""
+                events.append(buffer[pos:] if pos else buffer)
+                pos = size
             elif state == _DONE:
                 raise UpstreamProtocolError("the upstream sent bytes after its response ended")
             else:
-                consumed = self._parse_line_state(buffer, events)
-                if consumed < 0:
-                    self._buffer = buffer
+                after = self._parse_line_state(buffer, pos, events)
+                if after < 0:
+                    self._buffer = buffer[pos:]
                     break
-                buffer = buffer[consumed:]
+                pos = after
         return events
 
     def close(self) -> list[Event]:
@@ -119,36 +118,37 @@ class ResponseParser:
 
     # --- heads, chunk sizes, trailers -----------------------------------------------------
 
-    def _parse_line_state(self, buffer: bytes, events: list[Event]) -> int:
-        """Consume one head / chunk line / trailer block; -1 when more bytes are needed."""
+    def _parse_line_state(self, buffer: bytes, pos: int, events: list[Event]) -> int:
+        """Consume one head / chunk line / trailer block from `pos`; returns the position
+        after it, or -1 when more bytes are needed."""
         state = self._state
         if state == _HEAD:
-            end = buffer.find(b"\r\n\r\n")
-            if (end < 0 and len(buffer) > MAX_HEAD_BYTES) or end + 4 > MAX_HEAD_BYTES:
+            end = buffer.find(b"\r\n\r\n", pos)
+            if (end < 0 and len(buffer) - pos > MAX_HEAD_BYTES) or end + 4 - pos > MAX_HEAD_BYTES:
                 raise UpstreamProtocolError("the upstream's response head is too large")
             if end < 0:
                 return -1
-            head = self._parse_head(buffer[:end])
+            head = self._parse_head(buffer[pos:end])
             if head is not None:
                 events.append(head)
                 if self._state == _DONE:
                     events.append(END)
             return end + 4
         if state == _CHUNK_CRLF:
-            if len(buffer) < 2:
+            if len(buffer) - pos < 2:
                 return -1
-            if buffer[:2] != b"\r\n":
+            if not buffer.startswith(b"\r\n", pos):
                 raise UpstreamProtocolError("malformed chunked body: no CRLF after a chunk")
             self._state = _CHUNK_SIZE
-            return 2
-        end = buffer.find(b"\r\n")
+            return pos + 2
+        end = buffer.find(b"\r\n", pos)
         bound = MAX_CHUNK_LINE if state == _CHUNK_SIZE else MAX_HEAD_BYTES
-        if (end < 0 and len(buffer) > bound) or end > bound:
+        if (end < 0 and len(buffer) - pos > bound) or end - pos > bound:
             raise UpstreamProtocolError("malformed chunked body: line too long")
         if end < 0:
             return -1
         if state == _CHUNK_SIZE:
-            size_text = buffer[:end].split(b";", 1)[0].strip()
+            size_text = buffer[pos:end].split(b";", 1)[0].strip()
             if not size_text or size_text.strip(_HEX_DIGITS):
                 raise UpstreamProtocolError("malformed chunked body: bad chunk size")
             size = int(size_text, 16)
@@ -159,7 +159,7 @@ class ResponseParser:
                 self._state = _CHUNK_DATA
             return end + 2
         # _TRAILERS: lines until an empty one
-        if end == 0:
+        if end == pos:
             self._finish(events)
         return end + 2
 
