@@ -2,6 +2,10 @@
 
 Pure data: msgspec Structs and the module-level encoders/decoders built from them. No IO.
 
+Every Struct is `gc=False`: they hold only strings, numbers, lists and other Structs, never a
+reference back, so they cannot form cycles and need no garbage-collector tracking (cheaper to
+allocate on the hot path).
+
 Three rules shape these types:
 - Absent, `null` and `""` are different values. Optional fields default to `UNSET` (never
   encoded), so what the gateway builds carries exactly the fields it set.
@@ -24,18 +28,18 @@ Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 # --- request -------------------------------------------------------------------------------
 
 
-class FunctionCall(Struct):
+class FunctionCall(Struct, gc=False):
     name: str
     arguments: str
 
 
-class ToolCall(Struct):
+class ToolCall(Struct, gc=False):
     id: str
     function: FunctionCall
     type: str = "function"
 
 
-class Message(Struct):
+class Message(Struct, gc=False):
     role: Role
     content: str | list[dict[str, Any]] | UnsetType | None = UNSET
     name: str | UnsetType = UNSET
@@ -45,24 +49,24 @@ class Message(Struct):
     reasoning_content: str | UnsetType | None = UNSET
 
 
-class FunctionDefinition(Struct):
+class FunctionDefinition(Struct, gc=False):
     name: str
     description: str | UnsetType = UNSET
     parameters: dict[str, Any] | UnsetType = UNSET
     strict: bool | UnsetType | None = UNSET
 
 
-class Tool(Struct):
+class Tool(Struct, gc=False):
     type: str
     function: FunctionDefinition | UnsetType = UNSET
 
 
-class StreamOptions(Struct):
+class StreamOptions(Struct, gc=False):
     include_usage: bool | UnsetType | None = UNSET
     include_obfuscation: bool | UnsetType | None = UNSET
 
 
-class ChatRequest(Struct):
+class ChatRequest(Struct, gc=False):
     """What a client may send to /v1/chat/completions, typed for validation and reading."""
 
     model: str
@@ -102,19 +106,19 @@ class ChatRequest(Struct):
 # --- usage and errors --------------------------------------------------------------------
 
 
-class PromptTokensDetails(Struct):
+class PromptTokensDetails(Struct, gc=False):
     cached_tokens: int | UnsetType | None = UNSET
     audio_tokens: int | UnsetType | None = UNSET
 
 
-class CompletionTokensDetails(Struct):
+class CompletionTokensDetails(Struct, gc=False):
     reasoning_tokens: int | UnsetType | None = UNSET
     audio_tokens: int | UnsetType | None = UNSET
     accepted_prediction_tokens: int | UnsetType | None = UNSET
     rejected_prediction_tokens: int | UnsetType | None = UNSET
 
 
-class Usage(Struct):
+class Usage(Struct, gc=False):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
@@ -122,33 +126,33 @@ class Usage(Struct):
     completion_tokens_details: CompletionTokensDetails | UnsetType | None = UNSET
 
 
-class ErrorDetail(Struct):
+class ErrorDetail(Struct, gc=False):
     message: str = ""
     type: str | None = None
     param: str | None = None
     code: str | int | None = None
 
 
-class ErrorBody(Struct):
+class ErrorBody(Struct, gc=False):
     error: ErrorDetail
 
 
 # --- stream chunk --------------------------------------------------------------------------
 
 
-class FunctionDelta(Struct):
+class FunctionDelta(Struct, gc=False):
     name: str | UnsetType = UNSET
     arguments: str | UnsetType = UNSET
 
 
-class ToolCallDelta(Struct):
+class ToolCallDelta(Struct, gc=False):
     index: int | UnsetType = UNSET
     id: str | UnsetType | None = UNSET
     type: str | UnsetType | None = UNSET
     function: FunctionDelta | UnsetType = UNSET
 
 
-class Delta(Struct):
+class Delta(Struct, gc=False):
     role: str | UnsetType | None = UNSET
     content: str | UnsetType | None = UNSET
     refusal: str | UnsetType | None = UNSET
@@ -156,14 +160,14 @@ class Delta(Struct):
     tool_calls: list[ToolCallDelta] | UnsetType | None = UNSET
 
 
-class ChunkChoice(Struct):
+class ChunkChoice(Struct, gc=False):
     index: int = 0
     delta: Delta = msgspec.field(default_factory=Delta)
     logprobs: Raw | UnsetType = UNSET  # the upstream's bytes; `null` decodes as Raw(b"null")
     finish_reason: str | UnsetType | None = UNSET
 
 
-class ChatChunk(Struct):
+class ChatChunk(Struct, gc=False):
     """One `chat.completion.chunk`: the canonical stream event every provider translates to.
 
     `error` is not part of a normal chunk: it is how an OpenAI-compatible upstream reports a
@@ -184,7 +188,7 @@ class ChatChunk(Struct):
 # --- non-streaming response ------------------------------------------------------------------
 
 
-class ResponseMessage(Struct):
+class ResponseMessage(Struct, gc=False):
     role: str = "assistant"
     content: str | None = None
     refusal: str | UnsetType | None = UNSET
@@ -192,14 +196,14 @@ class ResponseMessage(Struct):
     tool_calls: list[ToolCall] | UnsetType = UNSET
 
 
-class Choice(Struct):
+class Choice(Struct, gc=False):
     index: int
     message: ResponseMessage
     finish_reason: str | None
     logprobs: Raw = Raw(b"null")
 
 
-class ChatCompletion(Struct):
+class ChatCompletion(Struct, gc=False):
     id: str
     created: int
     model: str
@@ -210,21 +214,21 @@ class ChatCompletion(Struct):
     service_tier: str | UnsetType | None = UNSET
 
 
-class CompletionUsage(Struct):
+class CompletionUsage(Struct, gc=False):
     """Just the usage of a non-streaming response, read without decoding the rest."""
 
     usage: Usage | UnsetType | None = UNSET
     model: str | UnsetType = UNSET
 
 
-class ModelCard(Struct):
+class ModelCard(Struct, gc=False):
     id: str
     owned_by: str
     object: str = "model"
     created: int = 0
 
 
-class ModelList(Struct):
+class ModelList(Struct, gc=False):
     data: list[ModelCard]
     object: str = "list"
 
