@@ -256,8 +256,7 @@ class StreamActor:
                         deadlines.last_upstream = loop.time()
                         deadlines.got_bytes = True
                         if not data:
-                            frames = decoder.close()
-                            out = self._translate(frames, translator, acc)
+                            out = self._translate(decoder.close(), translator, acc, deliver)
                             if not translator.done and (
                                 not acc.choices or acc.unfinished_choices()
                             ):
@@ -267,25 +266,36 @@ class StreamActor:
                             if deliver:
                                 self.client.pending.extend(out)  # leaves with the tail
                             return
-                        out = self._translate(decoder.feed(data), translator, acc)
+                        out = self._translate(decoder.feed(data), translator, acc, deliver)
                         if deliver and out:
                             await self.client.deliver(out, acc.output_seen)
             except TimeoutError:
                 await self._on_wake(deadlines)
 
     def _translate(
-        self, frames: list[Any], translator: StreamTranslator, acc: StreamAccumulator
+        self,
+        frames: list[Any],
+        translator: StreamTranslator,
+        acc: StreamAccumulator,
+        deliver: bool,
     ) -> list[bytes]:
         out: list[bytes] = []
         outbound = self._outbound
-        for frame in frames:
-            for item in translator.feed(frame):
-                chunk = acc.add(item.chunk)
-                if chunk is None:
-                    if acc.usage_chunk is item.chunk:
-                        self._usage_raw = item.raw
-                    continue
-                out.append(outbound.chunk(chunk, item.raw if chunk is item.chunk else None))
+        try:
+            for frame in frames:
+                for item in translator.feed(frame):
+                    chunk = acc.add(item.chunk)
+                    if chunk is None:
+                        if acc.usage_chunk is item.chunk:
+                            self._usage_raw = item.raw
+                        continue
+                    out.append(outbound.chunk(chunk, item.raw if chunk is item.chunk else None))
+        except UpstreamError:
+            if deliver:
+                # what came before the failure in this read still reaches a committed
+                # client, ahead of the error event (ClientStream.end sends pending first)
+                self.client.pending.extend(out)
+            raise
         return out
 
     # --- deadlines -------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from tests.e2e.conftest import Gateway
+from tests.upstreams.openai_upstream import TEXT_PIECES
 
 CHAT = [{"role": "user", "content": "hi"}]
 
@@ -159,6 +160,17 @@ def test_failure_after_commit_is_an_error_event(gateway: Gateway, model: str) ->
     with pytest.raises(openai.APIError):
         for _ in client.chat.completions.create(model=model, messages=CHAT, stream=True):  # type: ignore[call-overload]
             pass
+
+
+def test_content_before_an_error_in_the_same_read_is_delivered(gateway: Gateway) -> None:
+    body = json.dumps({"model": "up/error-mixed", "messages": CHAT, "stream": True}).encode()
+    status, _, data = post(gateway, body)
+    assert status == 200
+    events = [e.removeprefix(b"data: ") for e in data.split(b"\n\n") if e.startswith(b"data: ")]
+    content = [json.loads(e)["choices"][0]["delta"].get("content") for e in events[:-2]]
+    assert "".join(c for c in content if c) == "".join(TEXT_PIECES[:3])
+    assert json.loads(events[-2])["error"]["message"] == "model crashed"
+    assert events[-1] == b"[DONE]"
 
 
 def test_failover_to_next_priority(gateway: Gateway) -> None:

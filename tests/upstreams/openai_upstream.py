@@ -10,6 +10,7 @@ provider `up` is driven with `"model": "up/<scenario>"`:
   fail-500 / fail-429 / fail-400   an HTTP error with an OpenAI error body
   error-before         a 200 stream whose first event is `data: {"error": ...}`
   error-after          content first, then an error event
+  error-mixed          content, then more content and an error event in one write
   truncated            content, then the connection closes without finish or [DONE]
   slow                 one content delta every 50 ms, 400 of them (for disconnect tests)
   silent               headers, then nothing (for timeouts)
@@ -265,6 +266,14 @@ class FakeOpenAI:
         if scenario == "stall":
             await response.write(b"".join(events[:3]))
             await asyncio.sleep(3600)
+        if scenario == "error-mixed":
+            await response.write(b"".join(events[:3]))
+            await asyncio.sleep(0.05)
+            await response.write(
+                events[3] + b'data: {"error":{"message":"model crashed",'
+                b'"type":"server_error","param":null,"code":null}}\n\n'
+            )
+            return
         if scenario in ("error-after", "truncated"):
             await response.write(b"".join(events[:3]))
             await asyncio.sleep(0.05)
