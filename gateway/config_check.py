@@ -171,7 +171,20 @@ def _http_url(url: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.netloc)
 
 
+def _check_header_safe(key: ProviderKey, here: Path) -> Iterator[Problem]:
+    """Secrets travel in HTTP headers: a line break or edge whitespace (the trailing newline
+    of a secret file, typically) would corrupt the request. Never quotes the value."""
+    for field in ("key", *_AWS_FIELDS):
+        secret = getattr(key, field)
+        value = secret.reveal() if secret is not None else ""
+        if "\n" in value or "\r" in value:
+            yield (*here, field), "contains a line break (a trailing newline from a file?)"
+        elif value != value.strip():
+            yield (*here, field), "starts or ends with whitespace"
+
+
 def _check_key(key: ProviderKey, kind: str, here: Path) -> Iterator[Problem]:
+    yield from _check_header_safe(key, here)
     yield from _at_least(key.weight, 1, (*here, "weight"))
     yield from _at_least(key.rpm, 1, (*here, "rpm"))
     yield from _at_least(key.tpm, 1, (*here, "tpm"))

@@ -842,3 +842,19 @@ def test_structs_are_frozen_and_strict() -> None:
         config.server = Config().server  # type: ignore[misc]
     with pytest.raises(msgspec.ValidationError, match="unknown field"):
         msgspec.convert({"nmae": 1}, Config)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("sk-abc\n", "contains a line break (a trailing newline from a file?)"),
+        ("sk-a\r\nX-Injected: 1", "contains a line break (a trailing newline from a file?)"),
+        (" sk-abc", "starts or ends with whitespace"),
+    ],
+)
+def test_provider_keys_must_be_header_safe(value: str, message: str) -> None:
+    text = "providers:\n  - {name: o, kind: openai, keys: [{key: '${K}'}]}\n"
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, env={"K": value})
+    assert err.value.problems == [f"providers[0].keys[0].key: {message}"]
+    assert value.strip() not in str(err.value)
