@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.config import ServerConfig, Timeouts
+from gateway.config import ServerConfig
 from gateway.errors import (
     NoUpstreamAvailable,
     UpstreamError,
@@ -37,7 +37,13 @@ from gateway.stream.client_stream import ClientGone, ClientStream
 from gateway.stream.deadlines import Deadlines
 from gateway.stream.http_client import HttpPool
 from gateway.stream.outcome import final_error
-from gateway.stream.transport import UpstreamBody, open_upstream
+from gateway.stream.transport import (
+    PlaybackBody,
+    UpstreamBody,
+    answered,
+    open_upstream,
+    send_upstream,
+)
 from gateway.wire.openai_chat import ChatRequest, Usage, encoder
 
 UNARY_BODY_LIMIT = 64 << 20
@@ -147,6 +153,29 @@ class StreamActor:
                 f"the upstream did not answer within {wait_s:g}s", code="first_byte_timeout"
             ) from None
 
+    async def _open_stream(
+        self, attempt: Attempt, call: UpstreamCall, deadlines: Deadlines
+    ) -> UpstreamBody:
+        """Send the request and wait for the upstream's answer under the read loop's lazy
+        timer, so the commit point and keep-alives happen even while an upstream holds
+        its headers back (a gateway in front of this one, say)."""
+        request = attempt.adapter.build_request(call)
+        sent = await send_upstream(
+            self._pool, request, connect_s=attempt.provider.timeouts.connect_s
+        )
+        if isinstance(sent, PlaybackBody):
+            return sent
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout_at(deadlines.next_wake(self.committed)):
+                        return await answered(attempt.adapter, sent)
+                except TimeoutError:
+                    await self._on_wake(deadlines)
+        except BaseException:
+            sent.abort()
+            raise
+
     # --- non-streaming ---------------------------------------------------------------------
 
     async def _serve_unary(self, attempt: Attempt) -> web.StreamResponse:
@@ -219,11 +248,19 @@ class StreamActor:
             single_choice=not (self._request.n and self._request.n > 1),
             id_seed=self.request_id,
         )
-        body = await self._open(attempt, call, timeouts.first_byte_s)
+        deadlines = self.client.deadlines = Deadlines(
+            opened=self._loop.time(),
+            timeouts=timeouts,
+            request_deadline=self._deadline,
+            commit_at=self.started + self._server.commit_after_s,
+            keepalive_s=self._server.keepalive_s,
+            deliver=deliver,
+        )
+        body = await self._open_stream(attempt, call, deadlines)
         decoder = make_decoder(attempt.adapter.framing)
         translator = attempt.adapter.translator(call)
         try:
-            await self._read_loop(body, decoder, translator, acc, timeouts, deliver)
+            await self._read_loop(body, decoder, translator, acc, deadlines, deliver)
         except BaseException:
             body.abort()
             raise
@@ -236,18 +273,10 @@ class StreamActor:
         decoder: Any,
         translator: StreamTranslator,
         acc: StreamAccumulator,
-        timeouts: Timeouts,
+        deadlines: Deadlines,
         deliver: bool,
     ) -> None:
         loop = self._loop
-        deadlines = self.client.deadlines = Deadlines(
-            opened=loop.time(),
-            timeouts=timeouts,
-            request_deadline=self._deadline,
-            commit_at=self.started + self._server.commit_after_s,
-            keepalive_s=self._server.keepalive_s,
-            deliver=deliver,
-        )
         while True:
             try:
                 async with asyncio.timeout_at(deadlines.next_wake(self.committed)):

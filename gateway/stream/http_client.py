@@ -114,11 +114,12 @@ class Http1Connection(asyncio.Protocol):
 
     # --- the request, as the actor sees it ---------------------------------------------------
 
-    async def send(self, request: bytes) -> ResponseHead:
+    def send(self, request: bytes) -> asyncio.Future[ResponseHead]:
+        """Write the request; the future resolves with the response head."""
         assert self.transport is not None
-        self._head = asyncio.get_running_loop().create_future()
+        head = self._head = asyncio.get_running_loop().create_future()
         self.transport.write(request)
-        return await self._head
+        return head
 
     async def read(self) -> bytes:
         """The body bytes received so far (waiting for some); b"" at the end of the body."""
@@ -158,6 +159,12 @@ class Http1Connection(asyncio.Protocol):
             self.abort()
 
     def abort(self) -> None:
+        head = self._head
+        if head is not None:  # nobody waits for it any more: no "exception never retrieved"
+            if not head.done():
+                head.cancel()
+            elif not head.cancelled():
+                head.exception()
         if self.transport is not None and not self.closed:
             self.closed = True
             self.transport.abort()
@@ -204,6 +211,38 @@ class UpstreamResponse:
         self.connection.abort()
 
 
+class PendingResponse:
+    """A request on the wire whose answer has not arrived yet."""
+
+    __slots__ = ("_connect_s", "_connection", "_head", "_payload", "_pool")
+
+    def __init__(
+        self, pool: HttpPool, connection: Http1Connection, payload: bytes, connect_s: float
+    ) -> None:
+        self._pool = pool
+        self._payload = payload
+        self._connect_s = connect_s
+        self._connection = connection
+        self._head = connection.send(payload)
+
+    async def response(self) -> UpstreamResponse:
+        """The response once its head arrived. Cancelling this wait (a timer that wakes the
+        caller) leaves the request running: call again to keep waiting."""
+        while True:
+            try:
+                head = await asyncio.shield(self._head)
+            except _Stale:
+                # The upstream cannot have seen it: send it again on a fresh connection
+                # (which is never stale, so this happens at most once).
+                self._connection = await self._pool._connect(self._connection.key, self._connect_s)
+                self._head = self._connection.send(self._payload)
+                continue
+            return UpstreamResponse(self._connection, head)
+
+    def abort(self) -> None:
+        self._connection.abort()
+
+
 class HttpPool:
     """Idle keep-alive connections per (scheme, host, port); connects on demand."""
 
@@ -216,19 +255,22 @@ class HttpPool:
         self, url: str, headers: dict[str, str], body: bytes, *, connect_s: float
     ) -> UpstreamResponse:
         """POST `body` to `url`; returns once the response head arrived."""
+        pending = await self.send(url, headers, body, connect_s=connect_s)
+        try:
+            return await pending.response()
+        except BaseException:
+            pending.abort()
+            raise
+
+    async def send(
+        self, url: str, headers: dict[str, str], body: bytes, *, connect_s: float
+    ) -> PendingResponse:
+        """POST `body` to `url` (connecting if no idle connection is kept); the answer is
+        awaited separately, so a caller may wake up meanwhile without giving it up."""
         key, host_header, target = self._target(url)
         payload = encode_request("POST", target, host_header, _with_defaults(headers), body)
-        for _ in range(2):
-            connection = self._take(key) or await self._connect(key, connect_s)
-            try:
-                head = await connection.send(payload)
-            except _Stale:
-                continue
-            except BaseException:
-                connection.abort()
-                raise
-            return UpstreamResponse(connection, head)
-        raise UpstreamConnectError("the upstream closed kept-alive connections twice")
+        connection = self._take(key) or await self._connect(key, connect_s)
+        return PendingResponse(self, connection, payload, connect_s)
 
     def put(self, connection: Http1Connection) -> None:
         idle = self._idle.setdefault(connection.key, [])

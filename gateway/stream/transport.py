@@ -12,7 +12,7 @@ from typing import Protocol
 
 from gateway.errors import UpstreamError
 from gateway.providers.base import ProviderAdapter, UpstreamRequest
-from gateway.stream.http_client import HttpPool, UpstreamResponse
+from gateway.stream.http_client import HttpPool, PendingResponse, UpstreamResponse
 
 ERROR_BODY_LIMIT = 1 << 20
 
@@ -61,12 +61,30 @@ async def open_upstream(
     connect_s: float,
 ) -> UpstreamBody:
     """Send `request`; return its body once the upstream answered with a success status.
+    The caller bounds the wait with its own deadline; cancelling it abandons the request."""
+    sent = await send_upstream(pool, request, connect_s=connect_s)
+    if isinstance(sent, PlaybackBody):
+        return sent
+    try:
+        return await answered(adapter, sent)
+    except BaseException:
+        sent.abort()
+        raise
 
-    The caller bounds the wait for the answer (first byte) with its own deadline. An error
-    status is read (bounded) and mapped by the adapter."""
+
+async def send_upstream(
+    pool: HttpPool, request: UpstreamRequest, *, connect_s: float
+) -> PendingResponse | PlaybackBody:
+    """Send `request` (the mock's playback needs no sending); await `answered()` next."""
     if request.playback is not None:
         return PlaybackBody(request.playback, request.playback_delay_s)
-    response = await pool.request(request.url, request.headers, request.body, connect_s=connect_s)
+    return await pool.send(request.url, request.headers, request.body, connect_s=connect_s)
+
+
+async def answered(adapter: ProviderAdapter, pending: PendingResponse) -> UpstreamBody:
+    """The body of a sent request once the upstream answered with a success status; an
+    error status is read (bounded) and mapped by the adapter. Safe to cancel and call again."""
+    response = await pending.response()
     if response.status >= 400:
         raise await _error_answer(adapter, response)
     return response

@@ -134,15 +134,19 @@ def _no_thread_leak() -> None:
     assert threading.active_count() <= before + 1
 
 
-def test_commit_after_silence_then_keepalive(upstream: FakeOpenAI, tmp_path: Path) -> None:
-    """A model that thinks: headers go out at commit_after_s, then keep-alive comments."""
+@pytest.mark.parametrize("model", ["up/think", "up/hold"])
+def test_commit_after_silence_then_keepalive(
+    upstream: FakeOpenAI, tmp_path: Path, model: str
+) -> None:
+    """A model that thinks (in the stream, or before its headers): headers go out at
+    commit_after_s, then keep-alive comments."""
     config = gateway_config(upstream).replace(
         "shutdown_grace_s: 5", "shutdown_grace_s: 5, commit_after_s: 0.2, keepalive_s: 0.25"
     )
     gw = start_gateway(config, tmp_path)
     try:
         started = time.monotonic()
-        conn, response = stream_request(port_of(gw), "up/think")
+        conn, response = stream_request(port_of(gw), model)
         assert time.monotonic() - started < 0.8  # committed before the first content
         assert response.getheader("x-gateway-provider") == "up"
         body = response.read()

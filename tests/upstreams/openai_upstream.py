@@ -16,6 +16,7 @@ provider `up` is driven with `"model": "up/<scenario>"`:
   silent               headers, then nothing (for timeouts)
   reuse-index          two calls that both say index 0 (distinct ids): a broken server
   think                the role chunk, 1 s of silence, then the text (commit point, keep-alive)
+  hold                 1 s before anything, headers included (a gateway upstream), then text
   stall                content, then silence (idle timeout after the commit point)
 
 A key starting with `sk-bad` gets a 401, whatever the scenario.
@@ -257,6 +258,10 @@ class FakeOpenAI:
             for i in range(400):
                 await response.write(self._chunk({"content": f"t{i} "}))
                 await asyncio.sleep(0.05)
+            return
+        if scenario == "hold":  # headers held back too: aiohttp sends them with the 1st write
+            await asyncio.sleep(1.0)
+            await response.write(b"".join(events))
             return
         if scenario == "think":
             await response.write(events[0])
