@@ -52,7 +52,9 @@ class Http1Connection(asyncio.Protocol):
         self.closed = False
         self.idle_since = 0.0
         self.reused = False
-        self._head: asyncio.Future[ResponseHead] | None = None
+        self._sent = False  # a request is on the wire
+        self._head: ResponseHead | None = None
+        self._head_error: Exception | None = None
         self._body: collections.deque[bytes] = collections.deque()
         self._buffered = 0
         self._paused = False
@@ -79,9 +81,7 @@ class Http1Connection(asyncio.Protocol):
             elif event is END:
                 self._eof = True
             else:
-                head = self._head
-                if head is not None and not head.done():
-                    head.set_result(event)  # type: ignore[arg-type]
+                self._head = event  # type: ignore[assignment]
         if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
@@ -93,15 +93,16 @@ class Http1Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._pool.forget(self)
-        if self._eof:
+        if self._eof or not self._sent:
             return
-        if self._head is not None and not self._head.done():
+        if self._head is None:
             if self.reused and not self.parser.started:
-                self._head.set_exception(_Stale())
+                self._head_error = _Stale()
             else:
-                self._head.set_exception(
-                    UpstreamConnectError(f"the upstream closed the connection: {exc or 'EOF'}")
+                self._head_error = UpstreamConnectError(
+                    f"the upstream closed the connection: {exc or 'EOF'}"
                 )
+            self._wake()
             return
         try:
             events = self.parser.close()
@@ -114,12 +115,25 @@ class Http1Connection(asyncio.Protocol):
 
     # --- the request, as the actor sees it ---------------------------------------------------
 
-    def send(self, request: bytes) -> asyncio.Future[ResponseHead]:
-        """Write the request; the future resolves with the response head."""
+    def send(self, request: bytes) -> None:
+        """Write the request; `head()` waits for the answer."""
         assert self.transport is not None
-        head = self._head = asyncio.get_running_loop().create_future()
+        self._sent = True
         self.transport.write(request)
-        return head
+
+    async def head(self) -> ResponseHead:
+        """The response head, once it arrived. Cancelling this wait loses nothing (the head
+        is kept on the connection), so a caller's timer may wake it and it may wait again."""
+        while True:
+            if self._head is not None:
+                return self._head
+            if self._head_error is not None:
+                raise self._head_error
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
 
     async def read(self) -> bytes:
         """The body bytes received so far (waiting for some); b"" at the end of the body."""
@@ -159,19 +173,15 @@ class Http1Connection(asyncio.Protocol):
             self.abort()
 
     def abort(self) -> None:
-        head = self._head
-        if head is not None:  # nobody waits for it any more: no "exception never retrieved"
-            if not head.done():
-                head.cancel()
-            elif not head.cancelled():
-                head.exception()
         if self.transport is not None and not self.closed:
             self.closed = True
             self.transport.abort()
 
     def _reset(self) -> None:
         self.parser.reset()
+        self._sent = False
         self._head = None
+        self._head_error = None
         self._eof = False
         self._error = None
         self._body.clear()
@@ -179,8 +189,8 @@ class Http1Connection(asyncio.Protocol):
         self._paused = False
 
     def _fail(self, err: UpstreamError) -> None:
-        if self._head is not None and not self._head.done():
-            self._head.set_exception(err)
+        if self._head is None:
+            self._head_error = err
         self._error = err
         self._wake()
 
@@ -214,7 +224,7 @@ class UpstreamResponse:
 class PendingResponse:
     """A request on the wire whose answer has not arrived yet."""
 
-    __slots__ = ("_connect_s", "_connection", "_head", "_payload", "_pool")
+    __slots__ = ("_connect_s", "_connection", "_payload", "_pool")
 
     def __init__(
         self, pool: HttpPool, connection: Http1Connection, payload: bytes, connect_s: float
@@ -223,19 +233,19 @@ class PendingResponse:
         self._payload = payload
         self._connect_s = connect_s
         self._connection = connection
-        self._head = connection.send(payload)
+        connection.send(payload)
 
     async def response(self) -> UpstreamResponse:
         """The response once its head arrived. Cancelling this wait (a timer that wakes the
         caller) leaves the request running: call again to keep waiting."""
         while True:
             try:
-                head = await asyncio.shield(self._head)
+                head = await self._connection.head()
             except _Stale:
                 # The upstream cannot have seen it: send it again on a fresh connection
                 # (which is never stale, so this happens at most once).
                 self._connection = await self._pool._connect(self._connection.key, self._connect_s)
-                self._head = self._connection.send(self._payload)
+                self._connection.send(self._payload)
                 continue
             return UpstreamResponse(self._connection, head)
 
