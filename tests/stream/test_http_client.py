@@ -669,3 +669,29 @@ async def test_pool_close_closes_idle_connections(pool: HttpPool, serve) -> None
     assert await read_all(again) == b"ok"
     again.release()
     assert len(server.connections) == 4
+
+
+async def test_a_woken_wait_for_the_head_can_wait_again(pool: HttpPool, serve) -> None:
+    """The actor's timer wakes it while the upstream holds its head back; the request must
+    survive that and the head must arrive to the next wait."""
+
+    async def handler(conn: Conn) -> None:
+        await conn.read_request()
+        await asyncio.sleep(0.3)
+        await conn.send(ok(b"late"))
+
+    server = await serve(handler)
+    pending = await pool.send(server.url(), {}, b"", connect_s=CONNECT_S)
+    wakes = 0
+    while True:
+        try:
+            async with asyncio.timeout(0.05):
+                response = await pending.response()
+            break
+        except TimeoutError:
+            wakes += 1
+            assert wakes < 100
+    assert wakes >= 3
+    assert await read_all(response) == b"late"
+    response.release()
+    assert len(server.connections) == 1
