@@ -82,7 +82,7 @@ class StreamActor:
         self._outbound = ChatOutbound(bool(options and options.include_usage))
         self.attempts = 0
         self.attempt: Attempt | None = None
-        self.client = ClientStream(http, self._commit_headers, self._loop)
+        self.client = ClientStream(http, self._loop)
         self.accumulator: StreamAccumulator | None = None
         self._usage_raw: bytes | None = None
         self._task: asyncio.Task[Any] | None = None
@@ -244,6 +244,7 @@ class StreamActor:
         timeouts = attempt.provider.timeouts
         self._usage_raw = None
         self.client.pending = []
+        self.client.headers = self._commit_headers()
         acc = self.accumulator = StreamAccumulator(
             single_choice=not (self._request.n and self._request.n > 1),
             id_seed=self.request_id,

@@ -8,7 +8,6 @@ bytes; a failed write to a client that left raises `ClientGone`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import aiohttp
 from aiohttp import web
@@ -35,15 +34,13 @@ class ClientGone(Exception):
 
 
 class ClientStream:
-    def __init__(
-        self,
-        http: web.Request,
-        headers: Callable[[], dict[str, str]],
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
+    def __init__(self, http: web.Request, loop: asyncio.AbstractEventLoop) -> None:
         self._http = http
-        self._headers = headers  # called at the commit point, so the headers are true then
         self._loop = loop
+        # Set by the actor for each attempt, so they are true at the commit point. (Not a
+        # callback into the actor: that would be a reference cycle per request, and cycles
+        # are freed only by the garbage collector's pauses.)
+        self.headers: dict[str, str] = {}
         self.committed = False
         self.pending: list[bytes] = []
         self.response: web.StreamResponse | None = None
@@ -102,9 +99,7 @@ class ClientStream:
 
     async def _start(self) -> web.StreamResponse:
         self.committed = True
-        response = self.response = _SSEResponse(
-            status=200, headers={**SSE_HEADERS, **self._headers()}
-        )
+        response = self.response = _SSEResponse(status=200, headers={**SSE_HEADERS, **self.headers})
         try:
             await response.prepare(self._http)
         except _CLIENT_GONE:
