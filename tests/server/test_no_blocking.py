@@ -9,32 +9,15 @@ import pytest
 from aiohttp.test_utils import TestServer
 from blockbuster import blockbuster_ctx
 
-from gateway.app import build_app
-from gateway.config import parse_config
-from tests.upstreams.openai_upstream import FakeOpenAI
+from tests.inprocess import inprocess_gateway
 
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
 
 
 @pytest.fixture
 async def server() -> AsyncIterator[TestServer]:
-    fake = FakeOpenAI().start()
-    config = parse_config(
-        f"""
-store: {{url: "memory://"}}
-providers:
-  - {{name: up, kind: openai, base_url: "{fake.base_url}", keys: [{{key: k}}]}}
-  - {{name: mock, kind: mock, mock: {{chunks: 4, delay_s: 0.01}}}}
-""",
-        env={},
-    )
-    test_server = TestServer(build_app(config), host="127.0.0.1", handler_cancellation=True)
-    await test_server.start_server()
-    try:
+    async with inprocess_gateway("{chunks: 4, delay_s: 0.01}") as (test_server, _):
         yield test_server
-    finally:
-        await test_server.close()
-        fake.stop()
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -11,32 +11,15 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from gateway.app import build_app
-from gateway.config import parse_config
-from tests.upstreams.openai_upstream import FakeOpenAI
+from tests.inprocess import inprocess_gateway
 
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
 
 
 @pytest.fixture
 async def server() -> AsyncIterator[TestServer]:
-    fake = FakeOpenAI().start()
-    config = parse_config(
-        f"""
-store: {{url: "memory://"}}
-providers:
-  - {{name: up, kind: openai, base_url: "{fake.base_url}", keys: [{{key: k}}]}}
-  - {{name: mock, kind: mock}}
-""",
-        env={},
-    )
-    test_server = TestServer(build_app(config), host="127.0.0.1", handler_cancellation=True)
-    await test_server.start_server()
-    try:
+    async with inprocess_gateway("{}") as (test_server, _):
         yield test_server
-    finally:
-        await test_server.close()
-        fake.stop()
 
 
 async def run_requests(session: aiohttp.ClientSession, server: TestServer, rounds: int) -> None:

@@ -9,30 +9,15 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from gateway.app import build_app
-from gateway.config import parse_config
 from gateway.server.state import STATE
+from tests.inprocess import inprocess_gateway
 from tests.upstreams.openai_upstream import FakeOpenAI
 
 
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[TestServer, FakeOpenAI]]:
-    fake = FakeOpenAI().start()
-    config = parse_config(
-        f"""
-store: {{url: "memory://"}}
-providers:
-  - {{name: up, kind: openai, base_url: "{fake.base_url}", keys: [{{key: k}}]}}
-""",
-        env={},
-    )
-    server = TestServer(build_app(config), host="127.0.0.1", handler_cancellation=True)
-    await server.start_server()
-    try:
-        yield server, fake
-    finally:
-        await server.close()
-        fake.stop()
+    async with inprocess_gateway() as pair:
+        yield pair
 
 
 async def test_disconnect_cancels_upstream_and_leaves_no_task(
