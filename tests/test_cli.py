@@ -34,9 +34,11 @@ def test_check_config_lists_every_problem(
 
 def test_unbuilt_kind_is_a_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "k.yaml"
-    path.write_text("providers:\n  - {name: a, kind: anthropic, keys: [{key: x}]}\n")
+    path.write_text(
+        "providers:\n  - {name: a, kind: bedrock, region: us-east-1, keys: [{key: x}]}\n"
+    )
     assert main(["check-config", str(path)]) == 1
-    assert "providers[0].kind: kind 'anthropic' is not available in this build yet" in (
+    assert "providers[0].kind: kind 'bedrock' is not available in this build yet" in (
         capsys.readouterr().out
     )
     assert main(["serve", "--config", str(path)]) == 2

@@ -7,7 +7,9 @@ from types import MappingProxyType
 
 from gateway.config import ProviderConfig
 from gateway.errors import InternalError
+from gateway.providers.anthropic import AnthropicAdapter
 from gateway.providers.base import ProviderAdapter
+from gateway.providers.gemini import GeminiAdapter
 from gateway.providers.mock import MockAdapter
 from gateway.providers.openai import OpenAIAdapter
 
@@ -16,6 +18,8 @@ AdapterFactory = Callable[[ProviderConfig], ProviderAdapter]
 ADAPTERS: MappingProxyType[str, AdapterFactory] = MappingProxyType(
     {
         "openai": OpenAIAdapter,
+        "anthropic": AnthropicAdapter,
+        "gemini": GeminiAdapter,
         "mock": MockAdapter,
     }
 )

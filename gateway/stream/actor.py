@@ -29,7 +29,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.framing.registry import make_decoder
-from gateway.providers.base import StreamTranslator, UpstreamCall
+from gateway.providers.base import StreamTranslator, Translated, UpstreamCall
 from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
@@ -286,7 +286,9 @@ class StreamActor:
                         deadlines.last_upstream = loop.time()
                         deadlines.got_bytes = True
                         if not data:
-                            out = self._translate(decoder.close(), translator, acc, deliver)
+                            out = self._translate(
+                                decoder.close(), translator, acc, deliver, closing=True
+                            )
                             if not translator.done and (
                                 not acc.choices or acc.unfinished_choices()
                             ):
@@ -308,18 +310,17 @@ class StreamActor:
         translator: StreamTranslator,
         acc: StreamAccumulator,
         deliver: bool,
+        closing: bool = False,
     ) -> list[bytes]:
+        """Frames through the translator and accumulator; with `closing` (the upstream's
+        EOF) the translator's own `close()` items follow the last frames (a stream without
+        an end marker, like Gemini's, finishes there)."""
         out: list[bytes] = []
-        outbound = self._outbound
         try:
             for frame in frames:
-                for item in translator.feed(frame):
-                    chunk = acc.add(item.chunk)
-                    if chunk is None:
-                        if acc.usage_chunk is item.chunk:
-                            self._usage_raw = item.raw
-                        continue
-                    out.append(outbound.chunk(chunk, item.raw if chunk is item.chunk else None))
+                self._add(translator.feed(frame), acc, out)
+            if closing:
+                self._add(translator.close(), acc, out)
         except UpstreamError:
             if deliver:
                 # what came before the failure in this read still reaches a committed
@@ -327,6 +328,16 @@ class StreamActor:
                 self.client.pending.extend(out)
             raise
         return out
+
+    def _add(self, items: list[Translated], acc: StreamAccumulator, out: list[bytes]) -> None:
+        outbound = self._outbound
+        for item in items:
+            chunk = acc.add(item.chunk)
+            if chunk is None:
+                if acc.usage_chunk is item.chunk:
+                    self._usage_raw = item.raw
+                continue
+            out.append(outbound.chunk(chunk, item.raw if chunk is item.chunk else None))
 
     # --- deadlines -------------------------------------------------------------------------
 

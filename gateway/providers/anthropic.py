@@ -1,0 +1,336 @@
+"""Anthropic Messages API: `POST {base_url}/v1/messages`, streamed and not. Sans-IO.
+
+The request is built in `anthropic_request.py`. This module turns Anthropic's answer back
+into canonical chat chunks (streams) or one `chat.completion` (non-streaming):
+
+- The OpenAI tool-call `index` is the translator's own count of tool calls started in this
+  stream; Anthropic's content-block index counts text and thinking blocks too. Argument
+  deltas are routed by block index -> tool index. `server_tool_use` and other server-side
+  blocks are Anthropic's own tools: never client tool calls.
+- A tool whose arguments were never sent (or sent as `""`) ends with `"{}"`.
+- Thinking text goes to `reasoning_content`, never to `content`.
+- Usage is `message_start` input (+ cache read and creation) and the cumulative
+  `message_delta` output; one finish chunk and one usage chunk leave at `message_stop`.
+- The data JSON is authoritative (some recordings have no `event:` lines).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+
+from gateway.config import ProviderConfig, effective_base_url
+from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
+from gateway.framing.sse import SSEEvent
+from gateway.providers.anthropic_request import answer_tool, build_messages_request
+from gateway.providers.base import (
+    Translated,
+    UnaryResult,
+    UpstreamCall,
+    UpstreamRequest,
+    status_error,
+)
+from gateway.wire.anthropic import (
+    ANTHROPIC_VERSION,
+    AnthropicUsage,
+    StreamEvent,
+    error_body_decoder,
+    event_decoder,
+    message_decoder,
+)
+from gateway.wire.anthropic import encoder as anthropic_encoder
+from gateway.wire.openai_chat import (
+    ChatChunk,
+    ChatCompletion,
+    Choice,
+    ChunkChoice,
+    Delta,
+    FunctionCall,
+    FunctionDelta,
+    PromptTokensDetails,
+    ResponseMessage,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+    encoder,
+)
+
+FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "content_filter",
+}
+_TOOL, _ANSWER = 0, 1  # what a content block is, for the deltas that follow it
+
+
+def finish_reason(stop_reason: str | None, made_calls: bool) -> str:
+    """The chat finish_reason of an Anthropic stop_reason."""
+    reason = FINISH_REASONS.get(stop_reason or "", "stop")
+    if reason == "tool_calls" and not made_calls:
+        return "stop"  # the forced answer tool, or only server-side tools
+    return reason
+
+
+class UsageCounter:
+    """Anthropic usage as it arrives: input once, output cumulative; OpenAI usage out."""
+
+    __slots__ = ("cache_creation", "cache_read", "input", "output")
+
+    def __init__(self) -> None:
+        self.input = self.output = self.cache_read = self.cache_creation = 0
+
+    def update(self, usage: AnthropicUsage | None) -> None:
+        if usage is None:
+            return
+        if usage.input_tokens is not None:
+            self.input = usage.input_tokens
+        if usage.output_tokens is not None:
+            self.output = usage.output_tokens
+        if usage.cache_read_input_tokens is not None:
+            self.cache_read = usage.cache_read_input_tokens
+        if usage.cache_creation_input_tokens is not None:
+            self.cache_creation = usage.cache_creation_input_tokens
+
+    def usage(self) -> Usage:
+        prompt = self.input + self.cache_read + self.cache_creation
+        return Usage(
+            prompt_tokens=prompt,
+            completion_tokens=self.output,
+            total_tokens=prompt + self.output,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=self.cache_read),
+        )
+
+
+class AnthropicStreamTranslator:
+    """Anthropic SSE events to canonical chunks; one instance per stream."""
+
+    __slots__ = (
+        "_answer_tool",
+        "_blocks",
+        "_calls",
+        "_created",
+        "_emitted",
+        "_id",
+        "_model",
+        "_stop_reason",
+        "_usage",
+        "done",
+    )
+
+    def __init__(self, *, model: str, created: int, answer_tool: str | None = None) -> None:
+        self.done = False
+        self._id = ""
+        self._model = model
+        self._created = created
+        self._answer_tool = answer_tool
+        self._blocks: dict[int, tuple[int, int]] = {}  # block index -> (kind, tool index)
+        self._emitted: set[int] = set()  # block indexes whose input had a non-empty delta
+        self._calls = 0
+        self._stop_reason: str | None = None
+        self._usage = UsageCounter()
+
+    def _chunk(self, delta: Delta, finish: str | None = None) -> Translated:
+        choice = ChunkChoice(delta=delta, finish_reason=finish)
+        return Translated(
+            ChatChunk(id=self._id, created=self._created, model=self._model, choices=[choice])
+        )
+
+    def feed(self, frame: SSEEvent) -> list[Translated]:
+        data = frame.data
+        if not data.strip():
+            return []
+        try:
+            event = event_decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            raise UpstreamProtocolError(f"upstream sent a malformed event: {exc}") from None
+        kind = event.type or frame.event
+        if kind == "content_block_delta":
+            return self._delta(event)
+        if kind == "content_block_start":
+            return self._start(event)
+        if kind == "content_block_stop":
+            return self._stop(event)
+        if kind == "message_start":
+            message = event.message
+            if message is not None:
+                self._id = message.id
+                self._model = message.model or self._model
+                self._usage.update(message.usage)
+            return [self._chunk(Delta(role="assistant", content=""))]
+        if kind == "message_delta":
+            if event.delta is not None and event.delta.stop_reason is not None:
+                self._stop_reason = event.delta.stop_reason
+            self._usage.update(event.usage)
+            return []
+        if kind == "message_stop":
+            return self._end()
+        if kind == "error":
+            error = event.error
+            raise UpstreamStreamError(
+                (error.message if error else "") or "the upstream reported an error mid-stream",
+                code=(error.type or None) if error else None,
+            )
+        return []  # ping, and event types added after this was written
+
+    def _start(self, event: StreamEvent) -> list[Translated]:
+        block = event.content_block
+        if block is None or event.index is None:
+            return []
+        if block.type == "text" and block.text:
+            return [self._chunk(Delta(content=block.text))]
+        if block.type == "thinking" and block.thinking:
+            return [self._chunk(Delta(reasoning_content=block.thinking))]
+        if block.type != "tool_use":
+            return []  # server_tool_use, *_tool_result, redacted_thinking: not client calls
+        if self._answer_tool is not None and block.name == self._answer_tool:
+            self._blocks[event.index] = (_ANSWER, -1)
+            return []
+        index = self._calls
+        self._calls += 1
+        self._blocks[event.index] = (_TOOL, index)
+        call = ToolCallDelta(
+            index=index,
+            id=block.id or "",
+            type="function",
+            function=FunctionDelta(name=block.name or "", arguments=""),
+        )
+        return [self._chunk(Delta(tool_calls=[call]))]
+
+    def _delta(self, event: StreamEvent) -> list[Translated]:
+        delta = event.delta
+        if delta is None:
+            return []
+        if delta.type == "text_delta":
+            return [self._chunk(Delta(content=delta.text))] if delta.text else []
+        if delta.type == "thinking_delta":
+            return [self._chunk(Delta(reasoning_content=delta.thinking))] if delta.thinking else []
+        if delta.type != "input_json_delta" or not delta.partial_json or event.index is None:
+            return []
+        target = self._blocks.get(event.index)
+        if target is None:
+            return []  # the input of a server-side tool
+        self._emitted.add(event.index)
+        return [self._arguments(target, delta.partial_json)]
+
+    def _arguments(self, target: tuple[int, int], text: str) -> Translated:
+        kind, index = target
+        if kind == _ANSWER:
+            return self._chunk(Delta(content=text))
+        call = ToolCallDelta(index=index, function=FunctionDelta(arguments=text))
+        return self._chunk(Delta(tool_calls=[call]))
+
+    def _stop(self, event: StreamEvent) -> list[Translated]:
+        if event.index is None or event.index in self._emitted:
+            return []
+        target = self._blocks.get(event.index)
+        if target is None:
+            return []
+        self._emitted.add(event.index)
+        return [self._arguments(target, "{}")]  # no arguments at all: an empty object
+
+    def _end(self) -> list[Translated]:
+        if self.done:
+            return []
+        self.done = True
+        reason = finish_reason(self._stop_reason, self._calls > 0)
+        usage = ChatChunk(
+            id=self._id, created=self._created, model=self._model, usage=self._usage.usage()
+        )
+        return [self._chunk(Delta(), reason), Translated(usage)]
+
+    def close(self) -> list[Translated]:
+        return []
+
+
+def completion_from_message(call: UpstreamCall, body: bytes) -> tuple[ChatCompletion, Usage]:
+    """A non-streaming Anthropic answer as one `chat.completion`."""
+    try:
+        message = message_decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise UpstreamProtocolError(f"upstream sent a malformed message: {exc}") from None
+    forced = answer_tool(call.request)
+    texts: list[str] = []
+    thinking: list[str] = []
+    calls: list[ToolCall] = []
+    for block in message.content:
+        if block.type == "text" and block.text:
+            texts.append(block.text)
+        elif block.type == "thinking" and block.thinking:
+            thinking.append(block.thinking)
+        elif block.type == "tool_use":
+            raw = bytes(block.input) if block.input else b""
+            arguments = raw.decode() if raw.strip() else "{}"
+            if forced is not None and block.name == forced:
+                texts.append(arguments)
+            else:
+                calls.append(
+                    ToolCall(
+                        id=block.id or f"call_{call.request_id}_{len(calls)}",
+                        function=FunctionCall(name=block.name or "", arguments=arguments),
+                    )
+                )
+    result = ResponseMessage(content="".join(texts) if texts or not calls else None)
+    if thinking:
+        result.reasoning_content = "".join(thinking)
+    if calls:
+        result.tool_calls = calls
+    counter = UsageCounter()
+    counter.update(message.usage)
+    usage = counter.usage()
+    reason = finish_reason(message.stop_reason, bool(calls))
+    completion = ChatCompletion(
+        id=message.id or "chatcmpl-" + call.request_id,
+        created=call.created,
+        model=message.model or call.model,
+        choices=[Choice(index=0, message=result, finish_reason=reason)],
+        usage=usage,
+    )
+    return completion, usage
+
+
+def error_from_body(status: int, body: bytes) -> UpstreamError:
+    """Map an Anthropic error body; anything else keeps a short excerpt of the body."""
+    try:
+        error = error_body_decoder.decode(body).error
+    except msgspec.DecodeError:
+        text = body[:300].decode("utf-8", "replace").strip()
+        return status_error(status, text or f"upstream answered HTTP {status}")
+    return status_error(status, error.message, type=error.type or None, code=error.type or None)
+
+
+class AnthropicAdapter:
+    """The `anthropic` kind, against `base_url` (`https://api.anthropic.com` by default)."""
+
+    framing = "sse"
+    native_unary = True
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        self._url = effective_base_url(provider) + "/v1/messages"
+
+    def build_request(self, call: UpstreamCall) -> UpstreamRequest:
+        headers = {"content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION}
+        if call.stream:
+            headers["accept"] = "text/event-stream"
+        if call.key is not None and call.key.key:
+            headers["x-api-key"] = call.key.key.reveal()
+        body = anthropic_encoder.encode(build_messages_request(call))
+        return UpstreamRequest(url=self._url, headers=headers, body=body)
+
+    def translator(self, call: UpstreamCall) -> AnthropicStreamTranslator:
+        return AnthropicStreamTranslator(
+            model=call.model, created=call.created, answer_tool=answer_tool(call.request)
+        )
+
+    def unary_result(self, call: UpstreamCall, body: bytes) -> UnaryResult:
+        completion, usage = completion_from_message(call, body)
+        return UnaryResult(body=encoder.encode(completion), usage=usage, model=completion.model)
+
+    def error_from_response(
+        self, status: int, body: bytes, headers: Mapping[str, str]
+    ) -> UpstreamError:
+        return error_from_body(status, body)

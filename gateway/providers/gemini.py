@@ -1,0 +1,297 @@
+"""Google Gemini API (`generativelanguage.googleapis.com`), streamed and not. Sans-IO.
+
+Request translation lives in `gemini_request.py`. This module owns the way back:
+- the stream (`streamGenerateContent?alt=sse`: one `GenerateContentResponse` per SSE event,
+  no end marker) becomes canonical chat chunks. Function calls arrive whole and without an
+  id: each becomes one tool-call delta whose index is this translator's stream-wide count
+  of calls and whose id is minted from the request id. `finishReason` is STOP even when the
+  turn called tools, so the finish is held until the stream ends, as is the usage (sent on
+  every event, not monotonic: the last one counts); `close()` emits both.
+- a `generateContent` answer becomes one `chat.completion`;
+- an error answer `{"error": {"code", "message", "status"}}` becomes an `UpstreamError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import quote
+
+import msgspec
+
+from gateway.config import ProviderConfig, effective_base_url
+from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
+from gateway.framing.sse import SSEEvent
+from gateway.providers.base import (
+    Translated,
+    UnaryResult,
+    UpstreamCall,
+    UpstreamRequest,
+    status_error,
+)
+from gateway.providers.gemini_request import build_body
+from gateway.wire import gemini as g
+from gateway.wire.openai_chat import (
+    UNSET,
+    ChatChunk,
+    ChatCompletion,
+    Choice,
+    ChunkChoice,
+    CompletionTokensDetails,
+    Delta,
+    FunctionCall,
+    FunctionDelta,
+    PromptTokensDetails,
+    ResponseMessage,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+    encoder,
+)
+
+FILTERED = frozenset(
+    {
+        "SAFETY",
+        "RECITATION",
+        "BLOCKLIST",
+        "PROHIBITED_CONTENT",
+        "SPII",
+        "IMAGE_SAFETY",
+        "IMAGE_PROHIBITED_CONTENT",
+        "IMAGE_RECITATION",
+    }
+)
+
+
+def finish_reason(reason: str, made_calls: bool) -> str:
+    """Gemini's finishReason as an OpenAI finish_reason."""
+    if made_calls:
+        return "tool_calls"
+    if reason == "MAX_TOKENS":
+        return "length"
+    if reason in FILTERED:
+        return "content_filter"
+    return "stop"
+
+
+def usage_of(u: g.UsageMetadata) -> Usage:
+    """Gemini usage as OpenAI usage: thinking counts as completion (and as reasoning)."""
+    cached = u.cached_content_token_count
+    return Usage(
+        prompt_tokens=u.prompt_token_count + u.tool_use_prompt_token_count,
+        completion_tokens=u.candidates_token_count + u.thoughts_token_count,
+        total_tokens=u.total_token_count,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=cached if cached else 0),
+        completion_tokens_details=CompletionTokensDetails(reasoning_tokens=u.thoughts_token_count),
+    )
+
+
+def decode_response(data: bytes) -> g.GenerateContentResponse:
+    try:
+        return g.response_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise UpstreamProtocolError(f"upstream sent a malformed response: {exc}") from None
+
+
+def stream_error(err: g.ApiError) -> UpstreamStreamError:
+    return UpstreamStreamError(
+        err.message or "the upstream reported an error mid-stream", code=err.status or None
+    )
+
+
+def arguments_json(call: g.FunctionCall) -> str:
+    return encoder.encode(call.args).decode() if call.args else "{}"
+
+
+def call_of(part: g.Part) -> tuple[str, g.FunctionCall] | None:
+    """(name, call) of a real function call; None for other parts and for the empty
+    `functionCall: {}` that ends Vertex's streamed partial arguments (not a new call)."""
+    fc = part.function_call
+    if fc is UNSET or fc.name is UNSET or not fc.name:
+        return None
+    return fc.name, fc
+
+
+class GeminiStreamTranslator:
+    """Gemini SSE events to canonical chunks for one stream."""
+
+    __slots__ = (
+        "_calls",
+        "_created",
+        "_finish",
+        "_id",
+        "_model",
+        "_request_id",
+        "_started",
+        "_usage",
+        "done",
+    )
+
+    def __init__(self, call: UpstreamCall) -> None:
+        self.done = False
+        self._request_id = call.request_id
+        self._id = "chatcmpl-" + call.request_id
+        self._model = call.model
+        self._created = call.created
+        self._calls = 0  # tool calls started in this stream: the next call's index
+        self._started = False
+        self._finish: str | None = None  # Gemini's finishReason, once seen
+        self._usage: g.UsageMetadata | None = None
+
+    def _chunk(self, delta: Delta, finish: str | None = None) -> Translated:
+        choice = ChunkChoice(delta=delta, finish_reason=finish)
+        return Translated(
+            ChatChunk(id=self._id, created=self._created, model=self._model, choices=[choice])
+        )
+
+    def feed(self, frame: SSEEvent) -> list[Translated]:
+        data = frame.data
+        if not data.strip():
+            return []
+        event = decode_response(data)
+        if event.error is not UNSET:
+            raise stream_error(event.error)
+        if event.usage_metadata is not UNSET:
+            self._usage = event.usage_metadata
+        if event.model_version:
+            self._model = event.model_version
+        out: list[Translated] = []
+        if not self._started:
+            self._started = True
+            out.append(self._chunk(Delta(role="assistant", content="")))
+        feedback = event.prompt_feedback
+        if feedback is not UNSET and feedback.block_reason and not event.candidates:
+            self._finish = "SAFETY"  # the prompt was blocked: no candidate will come
+        for candidate in event.candidates[:1]:
+            content = candidate.content
+            if content is not UNSET:
+                for part in content.parts:
+                    item = self._part(part)
+                    if item is not None:
+                        out.append(item)
+            if candidate.finish_reason:
+                self._finish = candidate.finish_reason
+        return out
+
+    def _part(self, part: g.Part) -> Translated | None:
+        named = call_of(part)
+        if named is not None:
+            name, fc = named
+            index = self._calls
+            self._calls += 1
+            delta = ToolCallDelta(
+                index=index,
+                id=f"call_{self._request_id}_{index}",
+                type="function",
+                function=FunctionDelta(name=name, arguments=arguments_json(fc)),
+            )
+            return self._chunk(Delta(tool_calls=[delta]))
+        text = part.text
+        if text is UNSET or not text:
+            return None
+        if part.thought:
+            return self._chunk(Delta(reasoning_content=text))
+        return self._chunk(Delta(content=text))
+
+    def close(self) -> list[Translated]:
+        """The stream ended (it has no end marker): the finish and the usage chunks."""
+        out: list[Translated] = []
+        if self._finish is not None:
+            self.done = True
+            reason = finish_reason(self._finish, self._calls > 0)
+            out.append(self._chunk(Delta(), reason))
+        if self._usage is not None:
+            chunk = ChatChunk(
+                id=self._id, created=self._created, model=self._model, usage=usage_of(self._usage)
+            )
+            out.append(Translated(chunk))
+        return out
+
+
+def completion_of(call: UpstreamCall, response: g.GenerateContentResponse) -> ChatCompletion:
+    """A `generateContent` answer as one `chat.completion`."""
+    text: list[str] = []
+    thoughts: list[str] = []
+    calls: list[ToolCall] = []
+    reason = ""
+    feedback = response.prompt_feedback
+    if feedback is not UNSET and feedback.block_reason and not response.candidates:
+        reason = "SAFETY"
+    for candidate in response.candidates[:1]:
+        reason = candidate.finish_reason or ""
+        parts = candidate.content.parts if candidate.content is not UNSET else []
+        for part in parts:
+            named = call_of(part)
+            if named is not None:
+                calls.append(
+                    ToolCall(
+                        id=f"call_{call.request_id}_{len(calls)}",
+                        function=FunctionCall(name=named[0], arguments=arguments_json(named[1])),
+                    )
+                )
+            elif part.text:
+                (thoughts if part.thought else text).append(str(part.text))
+    message = ResponseMessage(content="".join(text) if text or not calls else None)
+    if thoughts:
+        message.reasoning_content = "".join(thoughts)
+    if calls:
+        message.tool_calls = calls
+    model = response.model_version if response.model_version else call.model
+    result = ChatCompletion(
+        id="chatcmpl-" + call.request_id,
+        created=call.created,
+        model=model,
+        choices=[Choice(0, message, finish_reason(reason, bool(calls)))],
+    )
+    if response.usage_metadata is not UNSET:
+        result.usage = usage_of(response.usage_metadata)
+    return result
+
+
+def error_from_body(status: int, body: bytes) -> UpstreamError:
+    """Map Google's error answer; anything else keeps a short excerpt of the body."""
+    try:
+        err = g.error_body_decoder.decode(body).error
+    except msgspec.DecodeError:
+        text = body[:300].decode("utf-8", "replace").strip()
+        return status_error(status, text or f"upstream answered HTTP {status}")
+    return status_error(status, err.message, type=err.status, code=err.status)
+
+
+class GeminiAdapter:
+    """The `gemini` kind: the Gemini API at `base_url` (Google's by default), key in
+    `x-goog-api-key`."""
+
+    framing = "sse"
+    native_unary = True
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        self._base = effective_base_url(provider) + "/v1beta/models/"
+
+    def build_request(self, call: UpstreamCall) -> UpstreamRequest:
+        model = quote(call.model.removeprefix("models/"), safe="-._~")
+        if call.stream:
+            url = self._base + model + ":streamGenerateContent?alt=sse"
+        else:
+            url = self._base + model + ":generateContent"
+        headers = {"Content-Type": "application/json"}
+        if call.stream:
+            headers["Accept"] = "text/event-stream"
+        if call.key is not None and call.key.key:
+            headers["x-goog-api-key"] = call.key.key.reveal()
+        return UpstreamRequest(url=url, headers=headers, body=build_body(call))
+
+    def translator(self, call: UpstreamCall) -> GeminiStreamTranslator:
+        return GeminiStreamTranslator(call)
+
+    def unary_result(self, call: UpstreamCall, body: bytes) -> UnaryResult:
+        response = decode_response(body)
+        if response.error is not UNSET:
+            raise stream_error(response.error)
+        completion = completion_of(call, response)
+        usage = completion.usage if completion.usage is not UNSET else None
+        return UnaryResult(body=encoder.encode(completion), usage=usage, model=completion.model)
+
+    def error_from_response(
+        self, status: int, body: bytes, headers: Mapping[str, str]
+    ) -> UpstreamError:
+        return error_from_body(status, body)

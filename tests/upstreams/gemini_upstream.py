@@ -1,0 +1,184 @@
+"""A fake Gemini API upstream that speaks the exact `streamGenerateContent?alt=sse` format:
+one `data: {GenerateContentResponse}` per event, CRLF framing, no end marker, usage on
+every event (not monotonic), function calls whole and without ids.
+
+The model name in the URL path (`/v1beta/models/<scenario>:streamGenerateContent`) picks
+the scenario:
+
+  text           three text events, the last with finishReason STOP
+  parallel-2     two calls in two events (get_weather, then get_user), finishReason STOP
+  text-then-call text, then one call in the same event as finishReason STOP
+  fail-503 / fail-429   an HTTP error with a Google error body, before any content
+  error-after    text, then a `{"error": ...}` event, then the stream ends
+
+Non-streaming `:generateContent` answers the scenario as one response. Every request is
+recorded (path, headers, JSON body). Runs on its own thread and loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+
+from aiohttp import web
+
+CALLS = [
+    ("get_weather", {"city": "Paris", "unit": "celsius"}),
+    ("get_user", {"user_id": "u-42", "fields": ["name", "email"]}),
+]
+TEXT_PIECES = ["Hel", "lo, wor", "ld!"]
+MODEL_VERSION = "gemini-fake-001"
+
+
+class Recorded:
+    def __init__(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> None:
+        self.path = path
+        self.headers = headers
+        self.body = body
+
+
+def usage(prompt: int, candidates: int | None, thoughts: int = 0) -> dict[str, Any]:
+    u: dict[str, Any] = {"promptTokenCount": prompt}
+    if candidates is not None:
+        u["candidatesTokenCount"] = candidates
+    if thoughts:
+        u["thoughtsTokenCount"] = thoughts
+    u["totalTokenCount"] = prompt + (candidates or 0) + thoughts
+    u["promptTokensDetails"] = [{"modality": "TEXT", "tokenCount": prompt}]
+    return u
+
+
+def response(
+    parts: list[dict[str, Any]], finish: str | None, use: dict[str, Any]
+) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}}
+    if finish:
+        candidate["finishReason"] = finish
+    candidate["index"] = 0
+    return {
+        "candidates": [candidate],
+        "usageMetadata": use,
+        "modelVersion": MODEL_VERSION,
+        "responseId": "fakeResponseId1",
+    }
+
+
+def call_part(i: int) -> dict[str, Any]:
+    name, args = CALLS[i]
+    return {"functionCall": {"name": name, "args": args}}
+
+
+def events(scenario: str) -> list[dict[str, Any]]:
+    # usage as Gemini sends it: a large prompt count on the first event, the real one last
+    if scenario == "parallel-2":
+        return [
+            response([call_part(0)], None, usage(169, None)),
+            response([call_part(1)], "STOP", usage(52, 18, 7)),
+        ]
+    if scenario == "text-then-call":
+        return [
+            response([{"text": "Let me check."}], None, usage(169, None)),
+            response([call_part(0)], "STOP", usage(52, 9)),
+        ]
+    last = len(TEXT_PIECES) - 1
+    return [
+        response([{"text": p}], "STOP" if i == last else None, usage(11 if i == last else 90, 7))
+        for i, p in enumerate(TEXT_PIECES)
+    ]
+
+
+def sse(obj: dict[str, Any]) -> bytes:
+    # Gemini's own spelling: ": " after keys, "," without a space, CRLF framing
+    return b"data: " + json.dumps(obj, separators=(",", ": ")).encode() + b"\r\n\r\n"
+
+
+def unary(scenario: str) -> dict[str, Any]:
+    evs = events(scenario)
+    parts = [p for e in evs for p in e["candidates"][0]["content"]["parts"]]
+    merged = response(parts, "STOP", evs[-1]["usageMetadata"])
+    if scenario == "text":
+        merged["candidates"][0]["content"]["parts"] = [{"text": "".join(TEXT_PIECES)}]
+    return merged
+
+
+class FakeGemini:
+    def __init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    def start(self) -> FakeGemini:
+        ready = threading.Event()
+
+        def main() -> None:
+            loop = self._loop = asyncio.new_event_loop()
+            loop.run_until_complete(self._start())
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._stop())
+            loop.close()
+
+        self._thread = threading.Thread(target=main, name="fake-gemini", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("fake upstream did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1beta/models/{model_action}", self._generate)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _generate(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(Recorded(request.path_qs, dict(request.headers), body))
+        scenario, _, action = request.match_info["model_action"].partition(":")
+        if scenario.startswith("fail-"):
+            status = int(scenario.removeprefix("fail-"))
+            google = {429: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}.get(status, "INTERNAL")
+            return web.json_response(
+                {"error": {"code": status, "message": f"scenario {scenario}", "status": google}},
+                status=status,
+            )
+        if action == "generateContent":
+            return web.json_response(unary(scenario))
+        if action != "streamGenerateContent" or request.query.get("alt") != "sse":
+            return web.json_response(
+                {"error": {"code": 404, "message": "no such method", "status": "NOT_FOUND"}},
+                status=404,
+            )
+        response_ = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response_.prepare(request)
+        if scenario == "error-after":
+            await response_.write(sse(events("text")[0]))
+            await asyncio.sleep(0.05)
+            await response_.write(
+                sse({"error": {"code": 500, "message": "model crashed", "status": "INTERNAL"}})
+            )
+            return response_
+        blob = b"".join(sse(e) for e in events(scenario))
+        # cut at odd places, as real networks deliver it (CR and LF of one CRLF split too)
+        for start in range(0, len(blob), 61):
+            await response_.write(blob[start : start + 61])
+        return response_
