@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from typing import Any
 
 from aiohttp import web
+
+from tests.upstreams.threaded import ThreadedUpstream
 
 TEXT_PIECES = ["Let me ", "check ", "that."]
 TOOL_ARGS = [
@@ -129,52 +130,16 @@ def scenario_events(scenario: str, model: str) -> list[bytes]:
     return s.text().end("end_turn")
 
 
-class FakeAnthropic:
+class FakeAnthropic(ThreadedUpstream):
+    name = "fake-anthropic"
+    base_path = ""
+
     def __init__(self) -> None:
+        super().__init__()
         self.requests: list[Recorded] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
 
-    def start(self) -> FakeAnthropic:
-        ready = threading.Event()
-
-        def main() -> None:
-            loop = self._loop = asyncio.new_event_loop()
-            loop.run_until_complete(self._start())
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._stop())
-            loop.close()
-
-        self._thread = threading.Thread(target=main, name="fake-anthropic", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("fake upstream did not start")
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-
-    async def _start(self) -> None:
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/messages", self._messages)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"  # the SDK's base URL: no /v1
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

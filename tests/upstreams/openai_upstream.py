@@ -36,6 +36,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.upstreams.threaded import ThreadedUpstream
+
 EXPECTED_ARGS = {
     "search_documents": {"query": "quarterly report", "limit": 5},
     "get_user": {"user_id": "u-42", "fields": ["name", "email"]},
@@ -55,57 +57,19 @@ class Recorded:
         self.body = body
 
 
-class FakeOpenAI:
+class FakeOpenAI(ThreadedUpstream):
+    name = "fake-openai"
+    base_path = "/v1"
+
     def __init__(self) -> None:
+        super().__init__()
         self.requests: list[Recorded] = []
         self.closed = 0
         self.finished = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
         self.disconnected = threading.Event()
 
-    # --- lifecycle -----------------------------------------------------------------------
-
-    def start(self) -> FakeOpenAI:
-        ready = threading.Event()
-
-        def main() -> None:
-            loop = self._loop = asyncio.new_event_loop()
-            loop.run_until_complete(self._start())
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._stop())
-            loop.close()
-
-        self._thread = threading.Thread(target=main, name="fake-openai", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("fake upstream did not start")
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-
-    async def _start(self) -> None:
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
 
     # --- the API -------------------------------------------------------------------------
 
@@ -117,7 +81,7 @@ class FakeOpenAI:
             return web.json_response(
                 {
                     "error": {
-                        "message": "Incorrect API key provided",
+                        "message": "Incorrect API key provided: sk-bad***1.",
                         "type": "invalid_request_error",
                         "param": None,
                         "code": "invalid_api_key",
