@@ -5,11 +5,12 @@ The upstream model name picks the scenario (`"model": "claude/<scenario>"` at th
 
   text            a text block, finish end_turn
   two-tools       a text block, then two tool_use blocks (block indexes 1 and 2)
+  tools-only      the two tool_use blocks of two-tools and no text (block indexes 0 and 1)
   no-args         a text block, then a tool_use whose only partial_json is ""
   server-tool     a server_tool_use block (not a client call), then text
   error-before    `event: error` (overloaded_error) as the first event of a 200 stream
   error-after     text first, then `event: error`
-  fail-529 / fail-400   an HTTP error with an Anthropic error body
+  fail-529 / fail-429 / fail-400   an HTTP error with an Anthropic error body
 
 A key starting with `sk-bad` gets a 401. Every request is recorded (headers and JSON body).
 It runs on its own thread and loop so that tests can use synchronous clients.
@@ -32,7 +33,12 @@ TOOL_ARGS = [
 ]
 USAGE_IN = {"input_tokens": 40, "cache_read_input_tokens": 8, "cache_creation_input_tokens": 2}
 OUTPUT_TOKENS = 21
-ERROR_KINDS = {529: "overloaded_error", 400: "invalid_request_error", 401: "authentication_error"}
+ERROR_KINDS = {
+    529: "overloaded_error",
+    429: "rate_limit_error",
+    400: "invalid_request_error",
+    401: "authentication_error",
+}
 
 
 def event(name: str, data: dict[str, Any]) -> bytes:
@@ -117,8 +123,9 @@ class Stream:
 
 def scenario_events(scenario: str, model: str) -> list[bytes]:
     s = Stream(model).start()
-    if scenario == "two-tools":
-        s.text()
+    if scenario in ("two-tools", "tools-only"):
+        if scenario == "two-tools":
+            s.text()
         for i, (name, args) in enumerate(TOOL_ARGS):
             s.tool("tool_use", f"toolu_fake_{i}", name, json.dumps(args))
         return s.end("tool_use")

@@ -8,6 +8,7 @@ the scenario:
   text           three text events, the last with finishReason STOP
   parallel-2     two calls in two events (get_weather, then get_user), finishReason STOP
   text-then-call text, then one call in the same event as finishReason STOP
+  no-args        one call to `now` with no `args` at all (a parameterless function)
   fail-503 / fail-429   an HTTP error with a Google error body, before any content
   error-after    text, then a `{"error": ...}` event, then the stream ends
 
@@ -78,6 +79,8 @@ def events(scenario: str) -> list[dict[str, Any]]:
             response([call_part(0)], None, usage(169, None)),
             response([call_part(1)], "STOP", usage(52, 18, 7)),
         ]
+    if scenario == "no-args":
+        return [response([{"functionCall": {"name": "now"}}], "STOP", usage(20, 3))]
     if scenario == "text-then-call":
         return [
             response([{"text": "Let me check."}], None, usage(169, None)),

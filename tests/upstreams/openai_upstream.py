@@ -7,6 +7,8 @@ provider `up` is driven with `"model": "up/<scenario>"`:
   interleaved-2        two parallel tool calls whose argument deltas alternate 0,1,0,1
   interleaved-2-swap   two calls, argument deltas in the order 0,1,1,0,...
   interleaved-3        three parallel tool calls, round robin
+  text-then-call       content deltas, then one tool call (get_weather), finish "tool_calls"
+  no-args              one call to `now` whose arguments arrive as "" then "{}"
   fail-500 / fail-429 / fail-400   an HTTP error with an OpenAI error body
   error-before         a 200 stream whose first event is `data: {"error": ...}`
   error-after          content first, then an error event
@@ -185,6 +187,19 @@ class FakeOpenAI(ThreadedUpstream):
                         events.append(c({"tool_calls": [delta]}))
                 if scenario == "interleaved-2-swap" and step % 2:
                     order = order[::-1]
+            finish = "tool_calls"
+        elif scenario in ("text-then-call", "no-args"):
+            if scenario == "text-then-call":
+                events += [c({"content": p}) for p in TEXT_PIECES]
+                name, pieces = "get_weather", fragments(json.dumps(EXPECTED_ARGS["get_weather"]))
+            else:
+                name, pieces = "now", ["{}"]
+            start = {"index": 0, "id": f"call_{scenario}", "type": "function"}
+            start["function"] = {"name": name, "arguments": ""}
+            events.append(c({"tool_calls": [start]}))
+            events += [
+                c({"tool_calls": [{"index": 0, "function": {"arguments": p}}]}) for p in pieces
+            ]
             finish = "tool_calls"
         else:
             events += [c({"content": p}) for p in TEXT_PIECES]
