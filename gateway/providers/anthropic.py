@@ -308,6 +308,7 @@ class AnthropicAdapter:
 
     framing = "sse"
     native_unary = True
+    needs_access_token = False
 
     def __init__(self, provider: ProviderConfig) -> None:
         self._url = effective_base_url(provider) + "/v1/messages"

@@ -29,6 +29,7 @@ class UpstreamCall(msgspec.Struct, kw_only=True):
     stream: bool  # whether the upstream is asked to stream
     request_id: str
     created: int = 0  # unix seconds when the request arrived (sans-IO: passed in)
+    access_token: str | None = None  # an OAuth token the actor fetched (needs_access_token)
 
 
 class UpstreamRequest(msgspec.Struct, kw_only=True):
@@ -72,6 +73,7 @@ class ProviderAdapter(Protocol):
 
     framing: str  # "sse" | "ndjson" | "aws-eventstream": which decoder reads the body
     native_unary: bool  # True: non-streaming requests go upstream non-streaming
+    needs_access_token: bool  # True: the actor fetches an OAuth token for the key first
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest: ...
 

@@ -134,6 +134,7 @@ class MockAdapter:
 
     framing = "sse"
     native_unary = False
+    needs_access_token = False
 
     def __init__(self, provider: ProviderConfig) -> None:
         self._options = provider.mock or MockOptions()

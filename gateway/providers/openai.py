@@ -102,6 +102,7 @@ class OpenAIAdapter:
 
     framing = "sse"
     native_unary = True
+    needs_access_token = False
 
     def __init__(self, provider: ProviderConfig) -> None:
         self._url = effective_base_url(provider) + "/chat/completions"

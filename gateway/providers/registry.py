@@ -12,6 +12,7 @@ from gateway.providers.base import ProviderAdapter
 from gateway.providers.gemini import GeminiAdapter
 from gateway.providers.mock import MockAdapter
 from gateway.providers.openai import OpenAIAdapter
+from gateway.providers.vertex import VertexAdapter
 
 AdapterFactory = Callable[[ProviderConfig], ProviderAdapter]
 
@@ -20,6 +21,7 @@ ADAPTERS: MappingProxyType[str, AdapterFactory] = MappingProxyType(
         "openai": OpenAIAdapter,
         "anthropic": AnthropicAdapter,
         "gemini": GeminiAdapter,
+        "vertex": VertexAdapter,
         "mock": MockAdapter,
     }
 )

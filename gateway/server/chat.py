@@ -28,6 +28,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     actor = StreamActor(
         http=request,
         pool=state.pool,
+        tokens=state.tokens,
         server=state.config.server,
         deadline_s=state.config.routing.deadline_s,
         request=chat,

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from gateway.config import Config
 from gateway.routing.router import Router
+from gateway.stream.credentials import AccessTokens
 from gateway.stream.http_client import HttpPool
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ class GatewayState:
         self.config = config
         self.router = router
         self.pool = HttpPool()
+        self.tokens = AccessTokens()
         self.active: set[StreamActor] = set()
         self.idle = asyncio.Event()  # set whenever no request is in flight
         self.idle.set()

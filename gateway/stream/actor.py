@@ -24,6 +24,7 @@ from aiohttp import web
 from gateway.config import ServerConfig
 from gateway.errors import (
     NoUpstreamAvailable,
+    UpstreamConnectError,
     UpstreamError,
     UpstreamProtocolError,
     UpstreamTimeout,
@@ -34,6 +35,7 @@ from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.client_stream import ClientGone, ClientStream
+from gateway.stream.credentials import AccessTokens
 from gateway.stream.deadlines import Deadlines
 from gateway.stream.http_client import HttpPool
 from gateway.stream.outcome import final_error
@@ -57,6 +59,7 @@ class StreamActor:
         *,
         http: web.Request,
         pool: HttpPool,
+        tokens: AccessTokens,
         server: ServerConfig,
         deadline_s: float,
         request: ChatRequest,
@@ -67,6 +70,8 @@ class StreamActor:
     ) -> None:
         self._http = http
         self._pool = pool
+        self._tokens = tokens
+        self._access_token: str | None = None
         self._server = server
         self._request = request
         self._body = body
@@ -113,6 +118,7 @@ class StreamActor:
             self.attempts += 1
             self.attempt = attempt
             try:
+                self._access_token = await self._token_for(attempt)
                 if self.stream:
                     return await self._serve_stream(attempt)
                 if attempt.adapter.native_unary:
@@ -136,7 +142,16 @@ class StreamActor:
             stream=stream,
             request_id=self.request_id,
             created=self.created,
+            access_token=self._access_token,
         )
+
+    async def _token_for(self, attempt: Attempt) -> str | None:
+        if not attempt.adapter.needs_access_token:
+            return None
+        credentials = attempt.key.credentials_file if attempt.key is not None else None
+        if not credentials:
+            raise UpstreamConnectError(f"provider {attempt.provider.name!r} has no credentials")
+        return await self._tokens.token(credentials)
 
     async def _open(self, attempt: Attempt, call: UpstreamCall, wait_s: float) -> UpstreamBody:
         timeouts = attempt.provider.timeouts

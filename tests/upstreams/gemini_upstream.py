@@ -113,10 +113,28 @@ class FakeGemini(ThreadedUpstream):
 
     def __init__(self) -> None:
         super().__init__()
+        self.token_requests: list[dict[str, Any]] = []
         self.requests: list[Recorded] = []
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1beta/models/{model_action}", self._generate)
+        # Vertex AI: the same API under a project/region path, and an OAuth token endpoint
+        vertex = "/v1/projects/{project}/locations/{region}/publishers/google/models/"
+        app.router.add_post(vertex + "{model_action}", self._generate)
+        app.router.add_post("/token", self._token)
+
+    async def _token(self, request: web.Request) -> web.Response:
+        """A service-account JWT grant answered with an access token (RFC 7523)."""
+        form = await request.post()
+        self.token_requests.append(dict(form))
+        if form.get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" or not form.get(
+            "assertion"
+        ):
+            return web.json_response({"error": "invalid_grant"}, status=400)
+        token = f"ya29.fake-{len(self.token_requests)}"
+        return web.json_response(
+            {"access_token": token, "expires_in": 3600, "token_type": "Bearer"}
+        )
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

@@ -1,0 +1,37 @@
+"""The `vertex` kind: Gemini models on Google Cloud Vertex AI.
+
+The request body, the stream and the answers are Gemini's (providers/gemini.py); only the
+URL (project, region, publisher model) and the credential differ: an OAuth access token
+from a service-account credentials file, fetched and cached by the actor's side
+(stream/credentials.py) and handed in as `call.access_token`. Sans-IO.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from gateway.config import ProviderConfig, effective_base_url
+from gateway.errors import UpstreamConnectError
+from gateway.providers.base import UpstreamCall, UpstreamRequest
+from gateway.providers.gemini import GeminiAdapter
+
+
+class VertexAdapter(GeminiAdapter):
+    needs_access_token = True
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        super().__init__(provider)
+        project = quote(provider.project or "", safe="")
+        region = quote(provider.region or "", safe="")
+        self._base = (
+            f"{effective_base_url(provider)}/v1/projects/{project}/locations/{region}"
+            "/publishers/google/models/"
+        )
+
+    def build_request(self, call: UpstreamCall) -> UpstreamRequest:
+        if not call.access_token:
+            raise UpstreamConnectError("no access token for the Vertex AI credentials")
+        request = super().build_request(call)
+        request.headers.pop("x-goog-api-key", None)
+        request.headers["Authorization"] = "Bearer " + call.access_token
+        return request
