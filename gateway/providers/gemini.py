@@ -28,7 +28,7 @@ from gateway.providers.base import (
     UpstreamRequest,
     status_error,
 )
-from gateway.providers.gemini_request import build_body
+from gateway.providers.gemini_request import build_body, signed_call_id
 from gateway.wire import gemini as g
 from gateway.wire.openai_chat import (
     UNSET,
@@ -100,6 +100,11 @@ def stream_error(err: g.ApiError) -> UpstreamStreamError:
 
 def arguments_json(call: g.FunctionCall) -> str:
     return encoder.encode(call.args).decode() if call.args else "{}"
+
+
+def _signature(part: g.Part) -> str | None:
+    signature = part.thought_signature
+    return signature if signature is not UNSET and signature else None
 
 
 def call_of(part: g.Part) -> tuple[str, g.FunctionCall] | None:
@@ -180,7 +185,7 @@ class GeminiStreamTranslator:
             self._calls += 1
             delta = ToolCallDelta(
                 index=index,
-                id=f"call_{self._request_id}_{index}",
+                id=signed_call_id(f"call_{self._request_id}_{index}", _signature(part)),
                 type="function",
                 function=FunctionDelta(name=name, arguments=arguments_json(fc)),
             )
@@ -224,7 +229,7 @@ def completion_of(call: UpstreamCall, response: g.GenerateContentResponse) -> Ch
             if named is not None:
                 calls.append(
                     ToolCall(
-                        id=f"call_{call.request_id}_{len(calls)}",
+                        id=signed_call_id(f"call_{call.request_id}_{len(calls)}", _signature(part)),
                         function=FunctionCall(name=named[0], arguments=arguments_json(named[1])),
                     )
                 )

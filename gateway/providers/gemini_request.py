@@ -15,6 +15,7 @@ is in docs/providers.md ("Gemini"). The rules that need care:
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import msgspec
@@ -196,6 +197,37 @@ def _arguments(arguments: str, param: str) -> dict[str, Any]:
     return args
 
 
+_SIGNED = "gts"
+
+
+def signed_call_id(base: str, signature: str | None) -> str:
+    """The tool-call id a client sees for a Gemini function call, carrying the call's
+    `thoughtSignature` when it has one: Gemini 3 wants the signature back on that call in
+    later turns, and the client sends back only the id. Stateless, and within
+    `[A-Za-z0-9_-]` so every provider accepts it: `gts<length>_<base64url>_<base>`."""
+    if not signature:
+        return base
+    token = base64.urlsafe_b64encode(signature.encode()).decode().rstrip("=")
+    return f"{_SIGNED}{len(token)}_{token}_{base}"
+
+
+def signature_of(call_id: str) -> str | None:
+    """The `thoughtSignature` carried by an id from `signed_call_id`, else None."""
+    if not call_id.startswith(_SIGNED):
+        return None
+    digits, sep, rest = call_id[len(_SIGNED) :].partition("_")
+    if not sep or not digits.isdigit():
+        return None
+    size = int(digits)
+    token = rest[:size]
+    if len(token) != size or rest[size : size + 1] != "_":
+        return None
+    try:
+        return base64.urlsafe_b64decode(token + "=" * (-size % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
 def translate_messages(messages: list[Message]) -> tuple[g.Content | None, list[g.Content]]:
     """(systemInstruction, contents) for the chat messages."""
     system: list[g.Part] = []
@@ -218,7 +250,11 @@ def translate_messages(messages: list[Message]) -> tuple[g.Content | None, list[
                 names[tc.id] = tc.function.name
                 args = _arguments(tc.function.arguments, f"{param}.tool_calls[{j}]")
                 call = g.FunctionCall(name=tc.function.name, args=args)
-                parts.append(g.Part(function_call=call))
+                signature = signature_of(tc.id)
+                if signature is None:
+                    parts.append(g.Part(function_call=call))
+                else:
+                    parts.append(g.Part(function_call=call, thought_signature=signature))
         else:  # tool, or the legacy `function` role that names itself
             call_id = m.tool_call_id if m.tool_call_id is not UNSET else None
             name = names.get(call_id) if call_id is not None else None
