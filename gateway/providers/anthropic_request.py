@@ -37,7 +37,33 @@ from gateway.wire.anthropic import (
 )
 from gateway.wire.openai_chat import UNSET, ChatRequest, Message
 
-DEFAULT_MAX_TOKENS = 4096
+DEFAULT_MAX_TOKENS = 4096  # models this table does not know
+# Anthropic requires max_tokens; without the client's, each model's own output limit is used
+# (its documented maximum), so answers are not cut short by a gateway default. Longest
+# prefix first.
+MODEL_MAX_TOKENS: tuple[tuple[str, int], ...] = (
+    ("claude-opus-4-5", 64000),
+    ("claude-opus-4-1", 32000),
+    ("claude-opus-4", 32000),
+    ("claude-sonnet-4", 64000),
+    ("claude-haiku-4", 64000),
+    ("claude-3-7-sonnet", 64000),
+    ("claude-3-5-sonnet", 8192),
+    ("claude-3-5-haiku", 8192),
+    ("claude-3-opus", 4096),
+    ("claude-3-haiku", 4096),
+)
+
+
+def default_max_tokens(model: str) -> int:
+    """The output limit of `model` (a Bedrock- or Vertex-style prefix is tolerated)."""
+    name = model.rsplit("/", 1)[-1].removeprefix("anthropic.").removeprefix("us.anthropic.")
+    for prefix, limit in MODEL_MAX_TOKENS:
+        if name.startswith(prefix):
+            return limit
+    return DEFAULT_MAX_TOKENS
+
+
 THINKING_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384}
 MIN_THINKING_BUDGET = 1024
 JSON_OBJECT_TOOL = "json_response"
@@ -228,7 +254,8 @@ def _thinking(request: ChatRequest, max_tokens: int, explicit: bool) -> tuple[Th
     if budget is None:
         raise BadRequest(f"unsupported reasoning_effort {effort!r}", param="reasoning_effort")
     if not explicit:
-        return Thinking(budget_tokens=budget), budget + DEFAULT_MAX_TOKENS
+        # the model's own limit already leaves room for the budget and an answer
+        return Thinking(budget_tokens=budget), max(max_tokens, budget + DEFAULT_MAX_TOKENS)
     budget = min(budget, max_tokens - 1)  # Anthropic wants max_tokens > budget_tokens
     if budget < MIN_THINKING_BUDGET:
         raise BadRequest(
@@ -247,7 +274,7 @@ def build_messages_request(call: UpstreamCall) -> MessagesRequest:
     if limit is UNSET or limit is None:
         limit = request.max_tokens
     explicit = isinstance(limit, int)
-    max_tokens = limit if isinstance(limit, int) else DEFAULT_MAX_TOKENS
+    max_tokens = limit if isinstance(limit, int) else default_max_tokens(call.model)
     body = MessagesRequest(model=call.model, max_tokens=max_tokens, messages=turns)
     if system:
         body.system = system

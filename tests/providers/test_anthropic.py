@@ -445,7 +445,7 @@ def test_build_request_url_and_headers() -> None:
     body = json.loads(request.body)
     assert body["stream"] is True
     assert body["model"] == "claude-sonnet-4-5"
-    assert body["max_tokens"] == 4096
+    assert body["max_tokens"] == 64000  # the model's own output limit
     custom = AnthropicAdapter(provider("http://127.0.0.1:9/"))
     unary = custom.build_request(make_call(stream=False))
     assert unary.url == "http://127.0.0.1:9/v1/messages"

@@ -326,3 +326,20 @@ def test_unservable_fields_are_rejected() -> None:
     assert rejected(n=2).param == "n"
     assert rejected(logprobs=True).param == "logprobs"
     assert rejected(modalities=["text", "audio"]).param == "modalities"
+
+
+@pytest.mark.parametrize(
+    ("model", "limit"),
+    [
+        ("claude-sonnet-4-5-20250929", 64000),
+        ("claude-opus-4-1-20250805", 32000),
+        ("claude-3-5-haiku-latest", 8192),
+        ("claude-3-haiku-20240307", 4096),
+        ("us.anthropic.claude-sonnet-4-20250514-v1:0", 64000),
+        ("claude-future-9", 4096),
+    ],
+)
+def test_max_tokens_defaults_to_the_models_own_limit(model: str, limit: int) -> None:
+    from gateway.providers.anthropic_request import default_max_tokens
+
+    assert default_max_tokens(model) == limit
