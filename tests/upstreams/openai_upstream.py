@@ -18,6 +18,8 @@ provider `up` is driven with `"model": "up/<scenario>"`:
   silent               headers, then nothing (for timeouts)
   reuse-index          two calls that both say index 0 (distinct ids): a broken server
   think                the role chunk, 1 s of silence, then the text (commit point, keep-alive)
+  compat-quirks        reasoning_content, usage on every chunk, a call whose id and name
+                       repeat on every delta and that has no index (OpenAI-compatible servers)
   hold                 1 s before anything, headers included (a gateway upstream), then text
   stall                content, then silence (idle timeout after the commit point)
 
@@ -141,6 +143,37 @@ class FakeOpenAI(ThreadedUpstream):
         chunk["obfuscation"] = "xyz"
         return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
 
+    def _quirks(self) -> list[bytes]:
+        """How OpenAI-compatible servers deviate: reasoning_content deltas, cumulative usage
+        on every chunk, one call whose id, type and name repeat on every delta and that has
+        no index at all."""
+        args = fragments(json.dumps(EXPECTED_ARGS["get_weather"]))
+        out = []
+        steps: list[dict[str, Any]] = [
+            {"role": "assistant", "reasoning_content": "Let me "},
+            {"reasoning_content": "think."},
+            {"content": "Checking."},
+        ]
+        steps += [
+            {
+                "tool_calls": [
+                    {
+                        "id": "call_q",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": part},
+                    }
+                ]
+            }
+            for part in args
+        ]
+        for n, delta in enumerate(steps, 1):
+            usage = {"prompt_tokens": 9, "completion_tokens": n, "total_tokens": 9 + n}
+            out.append(self._chunk(delta, None, usage, include_usage=True))
+        final = {"prompt_tokens": 9, "completion_tokens": 40, "total_tokens": 49}
+        out.append(self._chunk({}, "stop", final, include_usage=True))
+        out.append(b"data: [DONE]\n\n")
+        return out
+
     def _events(self, scenario: str, usage_on: bool) -> list[bytes]:
         def c(
             delta: dict[str, Any] | None,
@@ -237,6 +270,9 @@ class FakeOpenAI(ThreadedUpstream):
             for i in range(400):
                 await response.write(self._chunk({"content": f"t{i} "}))
                 await asyncio.sleep(0.05)
+            return
+        if scenario == "compat-quirks":
+            await response.write(b"".join(self._quirks()))
             return
         if scenario == "hold":  # headers held back too: aiohttp sends them with the 1st write
             await asyncio.sleep(1.0)
