@@ -8,9 +8,11 @@ from types import MappingProxyType
 from gateway.config import ProviderConfig
 from gateway.errors import InternalError
 from gateway.providers.anthropic import AnthropicAdapter
+from gateway.providers.azure import AzureAdapter
 from gateway.providers.base import ProviderAdapter
 from gateway.providers.gemini import GeminiAdapter
 from gateway.providers.mock import MockAdapter
+from gateway.providers.ollama import OllamaAdapter
 from gateway.providers.openai import OpenAIAdapter
 from gateway.providers.vertex import VertexAdapter
 
@@ -19,9 +21,11 @@ AdapterFactory = Callable[[ProviderConfig], ProviderAdapter]
 ADAPTERS: MappingProxyType[str, AdapterFactory] = MappingProxyType(
     {
         "openai": OpenAIAdapter,
+        "azure": AzureAdapter,
         "anthropic": AnthropicAdapter,
         "gemini": GeminiAdapter,
         "vertex": VertexAdapter,
+        "ollama": OllamaAdapter,
         "mock": MockAdapter,
     }
 )

@@ -1,0 +1,76 @@
+"""Azure OpenAI: Chat Completions against an Azure OpenAI (or AI Foundry) resource.
+
+Sans-IO. The body, the stream translator and the answer are the OpenAI adapter's: Azure
+speaks the same Chat Completions wire format, with extra fields (`prompt_filter_results`,
+`content_filter_results`) that are passed through untouched. What differs is where the
+request goes and how it is authenticated (docs/providers.md, "Azure OpenAI"):
+
+- deployment path (a dated `api_version` such as `2024-10-21`):
+  `{base_url}/openai/deployments/{deployment}/chat/completions?api-version={api_version}`,
+  the deployment being the target's upstream model, URL-quoted; the body keeps `model` set
+  to the same name (Azure ignores it);
+- v1 path (`api_version` `v1` or `preview`, or a `base_url` ending in `/openai/v1`):
+  `{base_url}/openai/v1/chat/completions`, `?api-version=preview` only for `preview`, the
+  model in the body.
+
+The provider key goes in the `api-key` header, never in `Authorization`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import quote
+
+from gateway.config import ProviderConfig, effective_base_url
+from gateway.errors import UpstreamError
+from gateway.providers.base import UpstreamCall, UpstreamRequest
+from gateway.providers.openai import OpenAIAdapter, error_from_body, upstream_body
+
+V1_VERSIONS = frozenset({"v1", "preview"})
+
+
+class AzureAdapter(OpenAIAdapter):
+    """The OpenAI adapter with Azure's URLs and `api-key` authentication."""
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        base = effective_base_url(provider)
+        version = (provider.api_version or "").strip()
+        if base.endswith("/openai/v1"):
+            root, v1 = base.removesuffix("/openai/v1"), True
+        else:
+            # `https://x.openai.azure.com/openai` and `https://x.openai.azure.com` are the same
+            # resource: the `/openai` segment is added below either way.
+            root, v1 = base.removesuffix("/openai"), version.lower() in V1_VERSIONS
+        self.v1 = v1
+        if v1:
+            # The v1 API takes no dated api-version; `preview` opts into preview features.
+            query = "?api-version=preview" if version.lower() == "preview" else ""
+            self._url = root + "/openai/v1/chat/completions" + query
+            self._prefix = self._suffix = ""
+        else:
+            self._prefix = root + "/openai/deployments/"
+            self._suffix = "/chat/completions?api-version=" + quote(version, safe="")
+            self._url = ""
+
+    def url(self, call: UpstreamCall) -> str:
+        if self.v1:
+            return self._url
+        return self._prefix + quote(call.model, safe="") + self._suffix
+
+    def build_request(self, call: UpstreamCall) -> UpstreamRequest:
+        headers = {"Content-Type": "application/json"}
+        if call.stream:
+            headers["Accept"] = "text/event-stream"
+        if call.key is not None and call.key.key:
+            headers["api-key"] = call.key.key.reveal()
+        return UpstreamRequest(url=self.url(call), headers=headers, body=upstream_body(call))
+
+    def error_from_response(
+        self, status: int, body: bytes, headers: Mapping[str, str]
+    ) -> UpstreamError:
+        err = error_from_body(status, body)
+        # Azure's errors often say `"type": null` (content_filter, DeploymentNotFound): a
+        # client-fault answer then reads as OpenAI's would.
+        if not err.retryable and 400 <= status < 500 and err.type == "upstream_error":
+            err.type = "invalid_request_error"
+        return err

@@ -1,0 +1,243 @@
+"""Ollama's native chat API (`POST /api/chat`), streamed (NDJSON) and not. Sans-IO.
+
+Request translation lives in `ollama_request.py`. This module owns the way back:
+- the stream (`application/x-ndjson`: one `ChatResponse` per line) becomes canonical chat
+  chunks: `message.content` as content, `message.thinking` as reasoning_content. Tool
+  calls arrive whole, each becoming one tool-call delta whose index is this translator's
+  stream-wide count of calls (the server's `function.index` is only a hint, and older
+  servers leave it out) and whose id is the server's `id`, else one minted from the
+  request id. The `done: true` line carries `done_reason` ("stop" even when the turn
+  called tools) and the counters: it becomes the finish and the usage chunk;
+- a bare `{"error": "..."}` line inside the 200 stream becomes an `UpstreamStreamError`;
+- a non-streaming answer (one `ChatResponse`) becomes one `chat.completion`;
+- an HTTP error answer `{"error": "..."}` becomes an `UpstreamError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from gateway.config import ProviderConfig, effective_base_url
+from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
+from gateway.providers.base import (
+    Translated,
+    UnaryResult,
+    UpstreamCall,
+    UpstreamRequest,
+    status_error,
+)
+from gateway.providers.ollama_request import build_body
+from gateway.wire import ollama as o
+from gateway.wire.openai_chat import (
+    UNSET,
+    ChatChunk,
+    ChatCompletion,
+    Choice,
+    ChunkChoice,
+    Delta,
+    FunctionCall,
+    FunctionDelta,
+    ResponseMessage,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+    encoder,
+)
+
+
+def finish_reason(done_reason: str, made_calls: bool) -> str:
+    """Ollama's done_reason as an OpenAI finish_reason."""
+    if made_calls:
+        return "tool_calls"
+    if done_reason == "length":
+        return "length"
+    return "stop"
+
+
+def usage_of(response: o.ChatResponse) -> Usage:
+    prompt = response.prompt_eval_count
+    completion = response.eval_count
+    return Usage(
+        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+    )
+
+
+def decode_response(data: bytes) -> o.ChatResponse:
+    try:
+        return o.response_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise UpstreamProtocolError(f"upstream sent a malformed response: {exc}") from None
+
+
+def error_message(error: Any) -> str:
+    if isinstance(error, str):
+        return error
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    return encoder.encode(error).decode()
+
+
+def arguments_json(arguments: Any) -> str:
+    """The call's arguments object as compact JSON; `{}` when there are none."""
+    if isinstance(arguments, str):
+        return arguments if arguments.strip() else "{}"
+    if not arguments:
+        return "{}"
+    return encoder.encode(arguments).decode()
+
+
+def call_id(call: o.ToolCall, request_id: str, index: int) -> str:
+    if isinstance(call.id, str) and call.id:
+        return call.id
+    return f"call_{request_id}_{index}"
+
+
+class OllamaStreamTranslator:
+    """Ollama NDJSON lines to canonical chunks for one stream."""
+
+    __slots__ = ("_calls", "_created", "_id", "_model", "_request_id", "_started", "done")
+
+    def __init__(self, call: UpstreamCall) -> None:
+        self.done = False
+        self._request_id = call.request_id
+        self._id = "chatcmpl-" + call.request_id
+        self._model = call.model
+        self._created = call.created
+        self._calls = 0  # tool calls started in this stream: the next call's index
+        self._started = False
+
+    def _chunk(self, delta: Delta, finish: str | None = None) -> Translated:
+        choice = ChunkChoice(delta=delta, finish_reason=finish)
+        return Translated(
+            ChatChunk(id=self._id, created=self._created, model=self._model, choices=[choice])
+        )
+
+    def feed(self, frame: bytes) -> list[Translated]:
+        if self.done or not frame.strip():
+            return []
+        line = decode_response(frame)
+        if line.error is not UNSET and line.error is not None:
+            raise UpstreamStreamError(
+                error_message(line.error) or "the upstream reported an error mid-stream"
+            )
+        out: list[Translated] = []
+        if not self._started:
+            self._started = True
+            out.append(self._chunk(Delta(role="assistant", content="")))
+        message = line.message
+        if message is not UNSET:
+            if message.thinking:
+                out.append(self._chunk(Delta(reasoning_content=message.thinking)))
+            if message.content:
+                out.append(self._chunk(Delta(content=message.content)))
+            for tc in message.tool_calls or ():
+                index = self._calls
+                self._calls += 1
+                delta = ToolCallDelta(
+                    index=index,
+                    id=call_id(tc, self._request_id, index),
+                    type="function",
+                    function=FunctionDelta(
+                        name=tc.function.name, arguments=arguments_json(tc.function.arguments)
+                    ),
+                )
+                out.append(self._chunk(Delta(tool_calls=[delta])))
+        if line.done:
+            self.done = True
+            out.append(self._chunk(Delta(), finish_reason(line.done_reason, self._calls > 0)))
+            usage = ChatChunk(
+                id=self._id, created=self._created, model=self._model, usage=usage_of(line)
+            )
+            out.append(Translated(usage))
+        return out
+
+    def close(self) -> list[Translated]:
+        """Nothing is held back: the `done` line already finished the stream."""
+        return []
+
+
+def completion_of(call: UpstreamCall, response: o.ChatResponse) -> ChatCompletion:
+    """A non-streaming `/api/chat` answer as one `chat.completion`."""
+    message = response.message
+    text = ""
+    thinking = ""
+    calls: list[ToolCall] = []
+    if message is not UNSET:
+        text = message.content
+        thinking = message.thinking
+        for tc in message.tool_calls or ():
+            index = len(calls)
+            calls.append(
+                ToolCall(
+                    id=call_id(tc, call.request_id, index),
+                    function=FunctionCall(
+                        name=tc.function.name, arguments=arguments_json(tc.function.arguments)
+                    ),
+                )
+            )
+    out = ResponseMessage(content=text if text or not calls else None)
+    if thinking:
+        out.reasoning_content = thinking
+    if calls:
+        out.tool_calls = calls
+    return ChatCompletion(
+        id="chatcmpl-" + call.request_id,
+        created=call.created,
+        model=call.model,
+        choices=[Choice(0, out, finish_reason(response.done_reason, bool(calls)))],
+        usage=usage_of(response),
+    )
+
+
+def error_from_body(status: int, body: bytes) -> UpstreamError:
+    """Map Ollama's `{"error": "..."}`; anything else keeps a short excerpt of the body."""
+    try:
+        error = o.response_decoder.decode(body).error
+    except msgspec.DecodeError:
+        error = UNSET
+    if error is UNSET or error is None:
+        text = body[:300].decode("utf-8", "replace").strip()
+        return status_error(status, text or f"upstream answered HTTP {status}")
+    return status_error(status, error_message(error))
+
+
+class OllamaAdapter:
+    """The `ollama` kind: Ollama's native `/api/chat` at `base_url` (localhost:11434 by
+    default). A key, when configured, is sent as a bearer token (for a proxy in front)."""
+
+    framing = "ndjson"
+    native_unary = True
+    needs_access_token = False
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        self._url = effective_base_url(provider) + "/api/chat"
+
+    def build_request(self, call: UpstreamCall) -> UpstreamRequest:
+        headers = {"Content-Type": "application/json"}
+        if call.stream:
+            headers["Accept"] = "application/x-ndjson"
+        if call.key is not None and call.key.key:
+            secret = call.key.key.reveal()
+            if secret:
+                headers["Authorization"] = "Bearer " + secret
+        return UpstreamRequest(url=self._url, headers=headers, body=build_body(call))
+
+    def translator(self, call: UpstreamCall) -> OllamaStreamTranslator:
+        return OllamaStreamTranslator(call)
+
+    def unary_result(self, call: UpstreamCall, body: bytes) -> UnaryResult:
+        response = decode_response(body)
+        if response.error is not UNSET and response.error is not None:
+            raise UpstreamStreamError(error_message(response.error))
+        completion = completion_of(call, response)
+        return UnaryResult(
+            body=encoder.encode(completion), usage=usage_of(response), model=call.model
+        )
+
+    def error_from_response(
+        self, status: int, body: bytes, headers: Mapping[str, str]
+    ) -> UpstreamError:
+        return error_from_body(status, body)
