@@ -44,11 +44,10 @@ from gateway.stream.transport import (
     UpstreamBody,
     answered,
     open_upstream,
+    read_all,
     send_upstream,
 )
 from gateway.wire.openai_chat import ChatRequest, Usage, encoder
-
-UNARY_BODY_LIMIT = 64 << 20
 
 
 class StreamActor:
@@ -203,7 +202,7 @@ class StreamActor:
         try:
             until = min(opened + timeouts.total_s, self._deadline)
             async with asyncio.timeout_at(until):
-                data = await _read_all(body)
+                data = await read_all(body)
             result = attempt.adapter.unary_result(call, data)
         except TimeoutError:
             body.abort()
@@ -388,16 +387,3 @@ def _uncancel() -> None:
     task = asyncio.current_task()
     if task is not None:
         task.uncancel()
-
-
-async def _read_all(body: UpstreamBody) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        data = await body.read()
-        if not data:
-            return b"".join(parts)
-        size += len(data)
-        if size > UNARY_BODY_LIMIT:
-            raise UpstreamProtocolError("the upstream answer is larger than 64 MiB")
-        parts.append(data)

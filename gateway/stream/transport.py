@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamError, UpstreamProtocolError
 from gateway.providers.base import ProviderAdapter, UpstreamRequest
 from gateway.stream.http_client import HttpPool, PendingResponse, UpstreamResponse
 
@@ -107,3 +107,20 @@ async def _error_answer(adapter: ProviderAdapter, response: UpstreamResponse) ->
     return adapter.error_from_response(
         response.status, b"".join(parts)[:ERROR_BODY_LIMIT], response.head.headers
     )
+
+
+UNARY_BODY_LIMIT = 64 << 20
+
+
+async def read_all(body: UpstreamBody) -> bytes:
+    """A whole (non-streamed) upstream body, bounded."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        data = await body.read()
+        if not data:
+            return b"".join(parts)
+        size += len(data)
+        if size > UNARY_BODY_LIMIT:
+            raise UpstreamProtocolError("the upstream answer is larger than 64 MiB")
+        parts.append(data)
