@@ -5,6 +5,7 @@ from its row, with a comment saying why; the tests parametrize over what is pres
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from gateway.providers.mock import REPLY
 from tests.upstreams import anthropic_upstream as an_fake
 from tests.upstreams import gemini_upstream as ge_fake
+from tests.upstreams import ollama_upstream as ol_fake
 from tests.upstreams import openai_upstream as oa_fake
 
 Call = tuple[str, dict[str, Any]]
@@ -118,6 +120,45 @@ GE = Provider(
     empty_content="ge/text",
 )
 
+# FakeAzure plays its own `text` (Azure's prompt_filter_results chunk first, content filter
+# results on every chunk) and `fail-*`; every other scenario is FakeOpenAI's.
+AZ = Provider(
+    name="az",
+    text=("az/text", "".join(oa_fake.TEXT_PIECES)),
+    parallel=Tools(
+        "az/interleaved-2", [(n, oa_fake.EXPECTED_ARGS[n]) for n in oa_fake.CALL_NAMES[:2]]
+    ),
+    text_then_tools=Tools(
+        "az/text-then-call",
+        [("get_weather", oa_fake.EXPECTED_ARGS["get_weather"])],
+        text="".join(oa_fake.TEXT_PIECES),
+    ),
+    no_args=Tools("az/no-args", [("now", {})], tools=NOW_TOOL),
+    server_error="az/fail-500",
+    stream_error_before="az/error-before",
+    rate_limit="az/fail-429",
+    error_after=("az/error-after", "".join(oa_fake.TEXT_PIECES[:2])),
+    empty_content="az/text",
+)
+
+OL = Provider(
+    name="ol",
+    text=("ol/text", "".join(ol_fake.TEXT_PIECES)),
+    # whole calls, one per NDJSON line
+    parallel=Tools("ol/two-calls", list(ol_fake.CALLS)),
+    text_then_tools=Tools(
+        "ol/text-then-call", list(ol_fake.CALLS[:1]), text="".join(ol_fake.TEXT_PIECES)
+    ),
+    no_args=Tools("ol/no-args", [("now", {})], tools=NOW_TOOL),
+    server_error="ol/fail-500",
+    # a bare `{"error": ...}` first line in the 200 NDJSON stream
+    stream_error_before="ol/error-before",
+    # a local Ollama never rate-limits; ollama.com (or a proxy in front) answers 429
+    rate_limit="ol/fail-429",
+    error_after=("ol/error-mid", ol_fake.TEXT_PIECES[0]),
+    empty_content="ol/text",
+)
+
 MOCK_TOOLS: list[Any] = [
     {
         "type": "function",
@@ -156,7 +197,7 @@ MOCK = Provider(
     empty_content=None,
 )
 
-PROVIDERS = [OA, AN, GE, MOCK]
+PROVIDERS = [OA, AN, GE, AZ, OL, MOCK]
 
 
 def rows(case: str) -> list[Any]:
@@ -223,3 +264,23 @@ def check_gemini_history(body: dict[str, Any]) -> None:
                 assert isinstance(part["functionResponse"]["response"], dict), part
         previous_calls = calls
     assert any("functionResponse" in p for p in contents[-1]["parts"])
+
+
+def check_ollama_history(body: dict[str, Any], sent: list[Any]) -> None:
+    """Ollama: one message per message sent, content a string kept as sent (`""` stays
+    `""`), assistant call arguments as objects, and each tool result carrying its content
+    and the name of the function it answers."""
+    messages = body["messages"]
+    assert [m["role"] for m in messages] == [m["role"] for m in sent]
+    names: dict[str, str] = {}
+    for m, s in zip(messages, sent, strict=True):
+        assert m["content"] == s["content"], m
+        calls = s.get("tool_calls") or []
+        assert len(m.get("tool_calls") or []) == len(calls), m
+        for got, tc in zip(m.get("tool_calls") or [], calls, strict=True):
+            names[tc["id"]] = tc["function"]["name"]
+            assert got["function"]["name"] == tc["function"]["name"], got
+            assert got["function"]["arguments"] == json.loads(tc["function"]["arguments"]), got
+        if s["role"] == "tool":
+            assert m["tool_name"] == names[s["tool_call_id"]], m
+    assert messages[-1]["role"] == "tool"

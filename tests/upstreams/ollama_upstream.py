@@ -7,6 +7,11 @@ bodies. The model name in the JSON body picks the scenario:
   two-calls   two calls in two lines (get_weather, then get_user), done_reason "stop"
   error-mid   one content line, then a bare `{"error": ...}` line, HTTP status still 200
   fail-500    an HTTP 500 with `{"error": ...}`, before any content
+  text-then-call   the three content lines, then one get_weather call, done_reason "stop"
+  no-args     one call to `now` whose arguments are `{}`
+  error-before     a 200 stream whose first line is a bare `{"error": ...}` (the runner
+                   failed after the headers went out, before any token)
+  fail-429    an HTTP 429 with `{"error": ...}` (ollama.com's usage limit, or a proxy's)
 
 `"stream": false` answers the scenario as one JSON object. Every request is recorded
 (path, headers, JSON body). Runs on its own thread and loop.
@@ -65,9 +70,20 @@ def tool_call(i: int) -> dict[str, Any]:
     return {"id": CALL_IDS[i], "function": {"index": i, "name": name, "arguments": args}}
 
 
+NOW_CALL: dict[str, Any] = {
+    "id": "call_n0w4rg5x",
+    "function": {"index": 0, "name": "now", "arguments": {}},
+}
+
+
 def lines(scenario: str) -> list[dict[str, Any]]:
     if scenario == "two-calls":
         body = [line(scenario, {"tool_calls": [tool_call(i)]}) for i in range(len(CALLS))]
+    elif scenario == "text-then-call":
+        body = [line(scenario, {"content": p}) for p in TEXT_PIECES]
+        body.append(line(scenario, {"tool_calls": [tool_call(0)]}))
+    elif scenario == "no-args":
+        body = [line(scenario, {"tool_calls": [NOW_CALL]})]
     else:
         body = [line(scenario, {"content": p}) for p in TEXT_PIECES]
     return [*body, line(scenario, {}, done=True)]
@@ -77,6 +93,11 @@ def unary(scenario: str) -> dict[str, Any]:
     message: dict[str, Any] = {}
     if scenario == "two-calls":
         message["tool_calls"] = [tool_call(i) for i in range(len(CALLS))]
+    elif scenario == "no-args":
+        message["tool_calls"] = [NOW_CALL]
+    elif scenario == "text-then-call":
+        message["content"] = "".join(TEXT_PIECES)
+        message["tool_calls"] = [tool_call(0)]
     else:
         message["content"] = "".join(TEXT_PIECES)
     return line(scenario, message, done=True)
@@ -103,10 +124,15 @@ class FakeOllama(ThreadedUpstream):
         scenario = str(body.get("model", ""))
         if scenario == "fail-500":
             return web.json_response({"error": "llama runner process has terminated"}, status=500)
+        if scenario == "fail-429":
+            return web.json_response({"error": "too many requests"}, status=429)
         if body.get("stream", True) is False:
             return web.json_response(unary(scenario))
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
+        if scenario == "error-before":
+            await response.write(ndjson({"error": ERROR}))
+            return response
         if scenario == "error-mid":
             await response.write(ndjson(lines("text")[0]))
             await asyncio.sleep(0.05)
