@@ -10,6 +10,7 @@ from gateway.errors import InternalError
 from gateway.providers.anthropic import AnthropicAdapter
 from gateway.providers.azure import AzureAdapter
 from gateway.providers.base import ProviderAdapter
+from gateway.providers.bedrock import BedrockAdapter
 from gateway.providers.gemini import GeminiAdapter
 from gateway.providers.mock import MockAdapter
 from gateway.providers.ollama import OllamaAdapter
@@ -25,6 +26,7 @@ ADAPTERS: MappingProxyType[str, AdapterFactory] = MappingProxyType(
         "anthropic": AnthropicAdapter,
         "gemini": GeminiAdapter,
         "vertex": VertexAdapter,
+        "bedrock": BedrockAdapter,
         "ollama": OllamaAdapter,
         "mock": MockAdapter,
     }

@@ -1,0 +1,373 @@
+"""AWS Bedrock Converse API: `POST {base_url}/model/{model}/converse-stream` (AWS
+event-stream frames) and `/converse` (JSON). Sans-IO.
+
+The request is built in `bedrock_request.py` and signed with SigV4 (`sigv4.py`) for
+`aws_access_key_id` keys, or sent with `Authorization: Bearer` for Bedrock API keys. The
+model id is percent-encoded as one path segment (`a:b` -> `a%3Ab`).
+
+Stream translation (frames are `EventStreamMessage`s):
+
+- The OpenAI tool-call `index` is the translator's own count of tool calls started in this
+  stream; `contentBlockIndex` counts text blocks too (which get no `contentBlockStart`).
+  `toolUse.input` deltas are string fragments routed by block index. A call whose input
+  never came ends with `"{}"` at its `contentBlockStop`. `server_tool_use` blocks are
+  Bedrock's own tools: never client calls.
+- `messageStop` gives the finish chunk; usage comes after it in `metadata`, which gives the
+  usage chunk and ends the stream (`done`). A stream that ends after `messageStop` without
+  `metadata` is finished too (`close` sets `done`), with no usage chunk.
+- `:message-type: exception` (and `error`) frames raise `UpstreamStreamError` with the
+  exception type as code; throttling, unavailable, internal and model-stream errors are
+  retryable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from urllib.parse import quote
+
+import msgspec
+
+from gateway.config import ProviderConfig, effective_base_url
+from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
+from gateway.framing.aws_eventstream import EventStreamMessage
+from gateway.providers.base import (
+    Translated,
+    UnaryResult,
+    UpstreamCall,
+    UpstreamRequest,
+    status_error,
+)
+from gateway.providers.bedrock_request import build_converse_request
+from gateway.providers.sigv4 import sign
+from gateway.wire.bedrock import (
+    StreamEvent,
+    TokenUsage,
+    error_body_decoder,
+    event_decoder,
+    fragment_decoder,
+    response_decoder,
+)
+from gateway.wire.bedrock import encoder as bedrock_encoder
+from gateway.wire.openai_chat import (
+    ChatChunk,
+    ChatCompletion,
+    Choice,
+    ChunkChoice,
+    Delta,
+    FunctionCall,
+    FunctionDelta,
+    PromptTokensDetails,
+    ResponseMessage,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+    encoder,
+)
+
+FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "guardrail_intervened": "content_filter",
+    "content_filtered": "content_filter",
+}
+RETRYABLE_EXCEPTIONS = frozenset(
+    {
+        "throttlingException",
+        "serviceUnavailableException",
+        "internalServerException",
+        "modelStreamErrorException",
+    }
+)
+SERVER_TOOL = "server_tool_use"
+
+
+def finish_reason(stop_reason: str | None, made_calls: bool) -> str:
+    reason = FINISH_REASONS.get(stop_reason or "", "stop")
+    if reason == "tool_calls" and not made_calls:
+        return "stop"
+    return reason
+
+
+def usage_of(usage: TokenUsage | None) -> Usage:
+    """OpenAI usage: prompt = input + cache reads + cache writes (Bedrock counts them apart)."""
+    if usage is None:
+        return Usage()
+    cache_read = usage.cache_read_input_tokens or 0
+    prompt = (usage.input_tokens or 0) + cache_read + (usage.cache_write_input_tokens or 0)
+    completion = usage.output_tokens or 0
+    out = Usage(
+        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+    )
+    if usage.cache_read_input_tokens is not None:
+        out.prompt_tokens_details = PromptTokensDetails(cached_tokens=cache_read)
+    return out
+
+
+class BedrockStreamTranslator:
+    """ConverseStream event-stream messages to canonical chunks; one instance per stream."""
+
+    __slots__ = (
+        "_calls",
+        "_created",
+        "_emitted",
+        "_finished",
+        "_id",
+        "_model",
+        "_tools",
+        "done",
+    )
+
+    def __init__(self, *, model: str, created: int, id: str) -> None:
+        self.done = False
+        self._id = id
+        self._model = model
+        self._created = created
+        self._tools: dict[int, int] = {}  # contentBlockIndex -> tool index
+        self._emitted: set[int] = set()  # block indexes whose input had a non-empty delta
+        self._calls = 0
+        self._finished = False
+
+    def _chunk(self, delta: Delta, finish: str | None = None) -> Translated:
+        choice = ChunkChoice(delta=delta, finish_reason=finish)
+        return Translated(
+            ChatChunk(id=self._id, created=self._created, model=self._model, choices=[choice])
+        )
+
+    def feed(self, frame: EventStreamMessage) -> list[Translated]:
+        kind = frame.message_type
+        if kind == "exception":
+            raise self._exception(frame)
+        if kind == "error":
+            raise UpstreamStreamError(
+                frame.error_message or "the upstream reported an error mid-stream",
+                code=frame.error_code,
+            )
+        try:
+            event = event_decoder.decode(frame.payload) if frame.payload else StreamEvent()
+        except msgspec.DecodeError as exc:
+            raise UpstreamProtocolError(f"upstream sent a malformed event: {exc}") from None
+        name = frame.event_type
+        if name == "contentBlockDelta":
+            return self._delta(event)
+        if name == "contentBlockStart":
+            return self._start(event)
+        if name == "contentBlockStop":
+            return self._stop(event)
+        if name == "messageStart":
+            return [self._chunk(Delta(role="assistant", content=""))]
+        if name == "messageStop":
+            if self._finished:
+                return []
+            self._finished = True
+            return [self._chunk(Delta(), finish_reason(event.stop_reason, self._calls > 0))]
+        if name == "metadata":
+            if self.done:
+                return []
+            self.done = True
+            usage = ChatChunk(
+                id=self._id, created=self._created, model=self._model, usage=usage_of(event.usage)
+            )
+            return [Translated(usage)]
+        return []  # event types added after this was written
+
+    @staticmethod
+    def _exception(frame: EventStreamMessage) -> UpstreamStreamError:
+        code = frame.exception_type or "exception"
+        message = ""
+        try:
+            message = event_decoder.decode(frame.payload).message or ""
+        except msgspec.DecodeError:
+            message = frame.payload[:300].decode("utf-8", "replace").strip()
+        return UpstreamStreamError(
+            message or f"the upstream reported {code} mid-stream",
+            code=code,
+            retryable=code in RETRYABLE_EXCEPTIONS,
+        )
+
+    def _start(self, event: StreamEvent) -> list[Translated]:
+        start = event.start
+        index = event.content_block_index
+        if start is None or start.tool_use is None or index is None:
+            return []
+        tool = start.tool_use
+        if tool.type == SERVER_TOOL:
+            return []
+        call_index = self._calls
+        self._calls += 1
+        self._tools[index] = call_index
+        call = ToolCallDelta(
+            index=call_index,
+            id=tool.tool_use_id or "",
+            type="function",
+            function=FunctionDelta(name=tool.name or "", arguments=""),
+        )
+        return [self._chunk(Delta(tool_calls=[call]))]
+
+    def _delta(self, event: StreamEvent) -> list[Translated]:
+        delta = event.delta
+        if delta is None:
+            return []
+        if delta.text:
+            return [self._chunk(Delta(content=delta.text))]
+        reasoning = delta.reasoning_content
+        if reasoning is not None and reasoning.text:
+            return [self._chunk(Delta(reasoning_content=reasoning.text))]
+        if delta.tool_use is None or not len(delta.tool_use.input):
+            return []
+        index = event.content_block_index
+        target = self._tools.get(index) if index is not None else None
+        if target is None or index is None:
+            return []  # a server-side tool's input, or a block never started
+        try:
+            fragment = fragment_decoder.decode(delta.tool_use.input)
+        except msgspec.DecodeError:
+            raise UpstreamProtocolError("upstream sent a non-string toolUse input delta") from None
+        if not fragment:
+            return []
+        self._emitted.add(index)
+        return [self._arguments(target, fragment)]
+
+    def _arguments(self, index: int, text: str) -> Translated:
+        call = ToolCallDelta(index=index, function=FunctionDelta(arguments=text))
+        return self._chunk(Delta(tool_calls=[call]))
+
+    def _stop(self, event: StreamEvent) -> list[Translated]:
+        index = event.content_block_index
+        if index is None or index in self._emitted or index not in self._tools:
+            return []
+        self._emitted.add(index)
+        return [self._arguments(self._tools[index], "{}")]
+
+    def close(self) -> list[Translated]:
+        if self._finished:
+            self.done = True  # messageStop came; only the usage (metadata) is missing
+        return []
+
+
+def completion_from_response(call: UpstreamCall, body: bytes) -> tuple[ChatCompletion, Usage]:
+    """A Converse answer as one `chat.completion`."""
+    try:
+        response = response_decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise UpstreamProtocolError(f"upstream sent a malformed answer: {exc}") from None
+    texts: list[str] = []
+    thinking: list[str] = []
+    calls: list[ToolCall] = []
+    message = response.output.message if response.output is not None else None
+    for block in message.content if message is not None else []:
+        if block.text:
+            texts.append(block.text)
+        elif block.reasoning_content is not None:
+            reasoning = block.reasoning_content.reasoning_text
+            if reasoning is not None and reasoning.text:
+                thinking.append(reasoning.text)
+        elif block.tool_use is not None and block.tool_use.type != SERVER_TOOL:
+            tool = block.tool_use
+            raw = bytes(tool.input)
+            arguments = raw.decode() if raw.strip() not in (b"", b"null") else "{}"
+            calls.append(
+                ToolCall(
+                    id=tool.tool_use_id or f"call_{call.request_id}_{len(calls)}",
+                    function=FunctionCall(name=tool.name or "", arguments=arguments),
+                )
+            )
+    result = ResponseMessage(content="".join(texts) if texts or not calls else None)
+    if thinking:
+        result.reasoning_content = "".join(thinking)
+    if calls:
+        result.tool_calls = calls
+    usage = usage_of(response.usage)
+    completion = ChatCompletion(
+        id="chatcmpl-" + call.request_id,
+        created=call.created,
+        model=call.model,
+        choices=[
+            Choice(
+                index=0,
+                message=result,
+                finish_reason=finish_reason(response.stop_reason, bool(calls)),
+            )
+        ],
+        usage=usage,
+    )
+    return completion, usage
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is not None:
+        return value
+    for key, found in headers.items():
+        if key.lower() == name:
+            return found
+    return None
+
+
+def error_from_body(status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError:
+    """An AWS error answer: `x-amzn-errortype` (`ThrottlingException:...`) and `{"message"}`."""
+    kind = (_header(headers, "x-amzn-errortype") or "").split(":", 1)[0] or None
+    try:
+        parsed = error_body_decoder.decode(body)
+        message = parsed.message or parsed.Message or ""
+    except msgspec.DecodeError:
+        message = body[:300].decode("utf-8", "replace").strip()
+    return status_error(status, message or f"upstream answered HTTP {status}", type=kind, code=kind)
+
+
+class BedrockAdapter:
+    """The `bedrock` kind, against `base_url` or `https://bedrock-runtime.{region}.amazonaws.com`."""
+
+    framing = "aws-eventstream"
+    native_unary = True
+    needs_access_token = False
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        self._base = effective_base_url(provider)
+        self._region = provider.region or "us-east-1"
+
+    def url(self, call: UpstreamCall) -> str:
+        action = "converse-stream" if call.stream else "converse"
+        return f"{self._base}/model/{quote(call.model, safe='')}/{action}"
+
+    def build_request(self, call: UpstreamCall) -> UpstreamRequest:
+        url = self.url(call)
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/vnd.amazon.eventstream" if call.stream else "application/json",
+        }
+        body = bedrock_encoder.encode(build_converse_request(call))
+        key = call.key
+        if key is not None and key.key:
+            headers["authorization"] = "Bearer " + key.key.reveal()
+        elif key is not None and key.aws_access_key_id and key.aws_secret_access_key:
+            token = key.aws_session_token.reveal() if key.aws_session_token else None
+            headers = sign(
+                "POST",
+                url,
+                headers,
+                body,
+                access_key=key.aws_access_key_id.reveal(),
+                secret_key=key.aws_secret_access_key.reveal(),
+                session_token=token,
+                region=self._region,
+                now=datetime.now(UTC),
+            )
+        return UpstreamRequest(url=url, headers=headers, body=body)
+
+    def translator(self, call: UpstreamCall) -> BedrockStreamTranslator:
+        return BedrockStreamTranslator(
+            model=call.model, created=call.created, id="chatcmpl-" + call.request_id
+        )
+
+    def unary_result(self, call: UpstreamCall, body: bytes) -> UnaryResult:
+        completion, usage = completion_from_response(call, body)
+        return UnaryResult(body=encoder.encode(completion), usage=usage, model=completion.model)
+
+    def error_from_response(
+        self, status: int, body: bytes, headers: Mapping[str, str]
+    ) -> UpstreamError:
+        return error_from_body(status, body, headers)

@@ -1,0 +1,248 @@
+"""Canonical chat request -> Bedrock Converse request, sans-IO.
+
+docs/providers.md ("Bedrock") lists every request field and whether it is translated,
+ignored (and why) or rejected with a 400; keep the two in step. The rules:
+
+- System and developer messages move to `system`; tool results become `toolResult` blocks
+  of a user turn; consecutive turns of one role are merged (Converse wants alternation).
+- Bedrock rejects empty text blocks. A `""` text is dropped, never sent and never turned
+  into `null`; a turn left with no block is dropped. A `""` tool result is sent with an
+  empty `content` list.
+- Images must be base64 `data:` URLs (Converse takes bytes, not http URLs).
+- `tool_choice: "none"` omits `toolConfig` (Converse has no "none").
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from gateway.errors import BadRequest
+from gateway.providers.base import UpstreamCall
+from gateway.wire.bedrock import (
+    ContentBlock,
+    ConverseRequest,
+    Image,
+    ImageSource,
+    InferenceConfig,
+    InputSchema,
+    Message,
+    SpecificTool,
+    SystemBlock,
+    ToolChoice,
+    ToolConfig,
+    ToolDef,
+    ToolResult,
+    ToolResultContent,
+    ToolSpec,
+    ToolUse,
+)
+from gateway.wire.openai_chat import UNSET, ChatRequest
+from gateway.wire.openai_chat import Message as ChatMessage
+
+IMAGE_FORMATS = {
+    "image/png": "png",
+    "image/jpeg": "jpeg",
+    "image/jpg": "jpeg",
+    "image/gif": "gif",
+    "image/webp": "webp",
+}
+_EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+def _image(url: Any, param: str) -> Image:
+    if isinstance(url, str) and url.startswith("data:"):
+        header, sep, data = url[5:].partition(",")
+        media_type, _, encoding = header.partition(";")
+        fmt = IMAGE_FORMATS.get(media_type.lower())
+        if sep and encoding == "base64" and fmt is not None:
+            try:
+                base64.b64decode(data, validate=True)
+            except (binascii.Error, ValueError):
+                raise BadRequest("image data is not valid base64", param=param) from None
+            return Image(format=fmt, source=ImageSource(bytes=data))
+    raise BadRequest(
+        "the bedrock provider takes images as base64 data: URLs of png, jpeg, gif or webp",
+        param=param,
+    )
+
+
+def _parts(content: Any, param: str, *, images: bool) -> list[ContentBlock]:
+    """Text (and image) blocks of a message's content; empty texts are dropped."""
+    if content is UNSET or content is None:
+        return []
+    if isinstance(content, str):
+        return [ContentBlock(text=content)] if content else []
+    out: list[ContentBlock] = []
+    for j, part in enumerate(content):
+        kind = part.get("type")
+        if kind in ("text", "refusal"):
+            text = part.get(kind)
+            if not isinstance(text, str):
+                raise BadRequest(f"a {kind} part needs a string {kind!r}", param=f"{param}[{j}]")
+            if text:
+                out.append(ContentBlock(text=text))
+        elif kind == "image_url" and images:
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            out.append(ContentBlock(image=_image(url, f"{param}[{j}].image_url")))
+        else:
+            raise BadRequest(
+                f"content part type {kind!r} is not supported by the bedrock provider",
+                param=f"{param}[{j}].type",
+            )
+    return out
+
+
+def _tool_uses(message: ChatMessage, i: int) -> list[ContentBlock]:
+    out: list[ContentBlock] = []
+    for j, call in enumerate(message.tool_calls or []):
+        arguments = call.function.arguments
+        try:
+            parsed = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise BadRequest(
+                "tool call arguments must be a JSON object",
+                param=f"messages[{i}].tool_calls[{j}].function.arguments",
+            )
+        out.append(
+            ContentBlock(
+                tool_use=ToolUse(tool_use_id=call.id, name=call.function.name, input=parsed)
+            )
+        )
+    return out
+
+
+def _tool_result(message: ChatMessage, i: int) -> ContentBlock:
+    if message.tool_call_id is UNSET:
+        raise BadRequest("a tool message needs tool_call_id", param=f"messages[{i}].tool_call_id")
+    content: list[ToolResultContent] = []
+    for block in _parts(message.content, f"messages[{i}].content", images=True):
+        if block.image is not UNSET:
+            content.append(ToolResultContent(image=block.image))
+        else:
+            content.append(ToolResultContent(text=block.text))
+    return ContentBlock(tool_result=ToolResult(tool_use_id=message.tool_call_id, content=content))
+
+
+def translate_messages(messages: list[ChatMessage]) -> tuple[list[SystemBlock], list[Message]]:
+    """(system blocks, alternating turns) for a chat conversation."""
+    system: list[SystemBlock] = []
+    turns: list[Message] = []
+    for i, message in enumerate(messages):
+        role = message.role
+        param = f"messages[{i}].content"
+        if role in ("system", "developer"):
+            system.extend(
+                SystemBlock(text=b.text)
+                for b in _parts(message.content, param, images=False)
+                if isinstance(b.text, str)
+            )
+            continue
+        if role == "user":
+            role_out, blocks = "user", _parts(message.content, param, images=True)
+        elif role == "assistant":
+            role_out = "assistant"
+            blocks = [*_parts(message.content, param, images=False), *_tool_uses(message, i)]
+        elif role == "tool":
+            role_out, blocks = "user", [_tool_result(message, i)]
+        else:
+            raise BadRequest(
+                f"role {role!r} is not supported by the bedrock provider",
+                param=f"messages[{i}].role",
+            )
+        if not blocks:
+            continue  # an empty turn: Bedrock rejects it; dropping it keeps the rest valid
+        if turns and turns[-1].role == role_out:
+            turns[-1].content.extend(blocks)
+        else:
+            turns.append(Message(role=role_out, content=blocks))
+    return system, turns
+
+
+def _tool_config(request: ChatRequest) -> ToolConfig | None:
+    tools: list[ToolDef] = []
+    for i, tool in enumerate(request.tools or []):
+        fn = tool.function
+        if tool.type != "function" or fn is UNSET:
+            raise BadRequest(
+                f"tool type {tool.type!r} is not supported by the bedrock provider",
+                param=f"tools[{i}].type",
+            )
+        schema = fn.parameters if fn.parameters is not UNSET else _EMPTY_SCHEMA
+        spec = ToolSpec(name=fn.name, input_schema=InputSchema(json=schema))
+        if isinstance(fn.description, str) and fn.description:
+            spec.description = fn.description
+        tools.append(ToolDef(tool_spec=spec))
+    if not tools:
+        return None
+    choice = request.tool_choice
+    config = ToolConfig(tools=tools)
+    if choice is UNSET or choice is None:
+        return config  # Bedrock's default is auto
+    if choice == "none":
+        return None
+    if choice == "auto":
+        config.tool_choice = ToolChoice(auto={})
+    elif choice == "required":
+        config.tool_choice = ToolChoice(any={})
+    elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        if not isinstance(name, str):
+            raise BadRequest("tool_choice.function.name must be a string", param="tool_choice")
+        config.tool_choice = ToolChoice(tool=SpecificTool(name=name))
+    else:
+        raise BadRequest(f"unsupported tool_choice {choice!r}", param="tool_choice")
+    return config
+
+
+def _reject_unsupported(request: ChatRequest) -> None:
+    if request.n not in (UNSET, None, 1):
+        raise BadRequest("the bedrock provider answers one choice (n must be 1)", param="n")
+    if request.logprobs is True:
+        raise BadRequest("the bedrock provider has no logprobs", param="logprobs")
+    if request.modalities not in (UNSET, None) and "audio" in (request.modalities or []):
+        raise BadRequest("the bedrock provider has no audio output", param="modalities")
+    if request.audio not in (UNSET, None):
+        raise BadRequest("the bedrock provider has no audio output", param="audio")
+    fmt = request.response_format
+    if isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):
+        raise BadRequest(
+            f"response_format {fmt.get('type')!r} is not supported by the bedrock provider",
+            param="response_format",
+        )
+
+
+def build_converse_request(call: UpstreamCall) -> ConverseRequest:
+    """The Converse request for one upstream call (see the module docstring)."""
+    request = call.request
+    _reject_unsupported(request)
+    system, turns = translate_messages(request.messages)
+    body = ConverseRequest(messages=turns)
+    if system:
+        body.system = system
+    config = InferenceConfig()
+    limit = request.max_completion_tokens
+    if limit is UNSET or limit is None:
+        limit = request.max_tokens
+    if isinstance(limit, int):
+        config.max_tokens = limit
+    if isinstance(request.temperature, float | int):
+        config.temperature = request.temperature
+    if isinstance(request.top_p, float | int):
+        config.top_p = request.top_p
+    stop = request.stop
+    if isinstance(stop, str):
+        config.stop_sequences = [stop]
+    elif stop:
+        config.stop_sequences = list(stop)
+    if config != InferenceConfig():
+        body.inference_config = config
+    tools = _tool_config(request)
+    if tools is not None:
+        body.tool_config = tools
+    return body
