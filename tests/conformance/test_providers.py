@@ -116,7 +116,8 @@ def post_raw(gw: Gateway, body: dict[str, Any]) -> tuple[int, bytes]:
         with urllib.request.urlopen(request, timeout=20) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as err:
-        return err.code, err.read()
+        with err:  # the error holds the response's socket
+            return err.code, err.read()
 
 
 def finishes_of(chunks: list[Any]) -> list[str]:

@@ -33,7 +33,8 @@ def post(
         with urllib.request.urlopen(request, timeout=20) as r:
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), err.read()
+        with err:  # the error holds the response's socket
+            return err.code, dict(err.headers), err.read()
 
 
 def error_of(body: bytes) -> dict[str, Any]:
