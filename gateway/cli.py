@@ -51,12 +51,19 @@ def _load(path: str | None) -> Config:
 
 
 def _unsupported(config: Config) -> list[str]:
-    """Problems for provider kinds that the config allows but this build does not serve."""
-    return [
+    """Problems for what the config schema allows but this build does not do yet: a
+    setting that silently did nothing would be worse than a refusal."""
+    problems = [
         f"providers[{i}].kind: kind {p.kind!r} is not available in this build yet"
         for i, p in enumerate(config.providers)
         if p.kind not in supported_kinds()
     ]
+    problems += [
+        f"models[{i}].tools: 'emulate' is not available in this build yet"
+        for i, m in enumerate(config.models)
+        if m.tools == "emulate"
+    ]
+    return problems
 
 
 def _without_providers(config: Config, names: set[str]) -> Config:

@@ -1,6 +1,7 @@
-"""Test-wide hygiene: every openai-python client a test makes with its own connection pool
-is closed when the test ends (langchain's share one cached pool, kept open), so no client socket is left for the garbage
-collector to find, and warn about, in some later, unrelated test."""
+"""Test-wide hygiene: every openai-python client a test makes with its own connection
+pool is closed when the test ends (langchain's clients share one cached pool, kept open),
+so no client socket is left for the garbage collector to find, and warn about, in some
+later, unrelated test."""
 
 from __future__ import annotations
 

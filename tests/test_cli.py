@@ -39,3 +39,18 @@ def test_every_config_kind_is_built() -> None:
     # the serve command's refusal of unbuilt kinds can no longer trigger: every kind a
     # config may name has an adapter
     assert set(get_args(ProviderKind)) == supported_kinds()
+
+
+def test_tool_emulation_is_refused_until_built(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "e.yaml"
+    path.write_text(
+        "providers: [{name: mock, kind: mock}]\n"
+        "models: [{name: m, tools: emulate, targets: [{provider: mock, model: mock}]}]\n"
+    )
+    assert main(["check-config", str(path)]) == 1
+    assert "models[0].tools: 'emulate' is not available in this build yet" in (
+        capsys.readouterr().out
+    )
+    assert main(["serve", "--config", str(path)]) == 2
