@@ -13,6 +13,7 @@ import pytest
 
 from gateway.providers.mock import REPLY
 from tests.upstreams import anthropic_upstream as an_fake
+from tests.upstreams import bedrock_upstream as br_fake
 from tests.upstreams import gemini_upstream as ge_fake
 from tests.upstreams import ollama_upstream as ol_fake
 from tests.upstreams import openai_upstream as oa_fake
@@ -159,6 +160,25 @@ OL = Provider(
     empty_content="ol/text",
 )
 
+# FakeBedrock's model ids carry no `:` (the gateway percent-encodes it in the URL path).
+BR = Provider(
+    name="br",
+    text=("br/text", "".join(br_fake.TEXT_PIECES)),
+    parallel=Tools("br/tools-only", list(br_fake.TOOL_ARGS)),
+    text_then_tools=Tools(
+        "br/two-tools", list(br_fake.TOOL_ARGS), text="".join(br_fake.TEXT_PIECES)
+    ),
+    # Claude's one `""` input delta for a call without arguments
+    no_args=Tools("br/no-args", [("now", {})], tools=NOW_TOOL),
+    server_error="br/fail-500",
+    # a 200 event stream whose first frame is an `internalServerException` exception frame
+    stream_error_before="br/error-before",
+    rate_limit="br/fail-429",
+    # two text deltas, a pause, then a `validationException` exception frame
+    error_after=("br/error-after", "".join(br_fake.TEXT_PIECES[:2])),
+    empty_content="br/text",
+)
+
 MOCK_TOOLS: list[Any] = [
     {
         "type": "function",
@@ -197,7 +217,7 @@ MOCK = Provider(
     empty_content=None,
 )
 
-PROVIDERS = [OA, AN, GE, AZ, OL, MOCK]
+PROVIDERS = [OA, AN, GE, AZ, OL, BR, MOCK]
 
 
 def rows(case: str) -> list[Any]:
@@ -284,3 +304,34 @@ def check_ollama_history(body: dict[str, Any], sent: list[Any]) -> None:
         if s["role"] == "tool":
             assert m["tool_name"] == names[s["tool_call_id"]], m
     assert messages[-1]["role"] == "tool"
+
+
+def check_bedrock_history(body: dict[str, Any]) -> None:
+    """Bedrock Converse: alternating user/assistant turns with non-empty content lists, no
+    empty text block, and every toolResult answering a toolUse of the turn before; a `""`
+    tool result is sent with an empty `content` list (bedrock_request.py), never an empty
+    text block."""
+    messages = body["messages"]
+    assert messages[0]["role"] == "user"
+    roles = [m["role"] for m in messages]
+    assert all(a != b for a, b in itertools.pairwise(roles)), f"turns: {roles}"
+    previous_uses: set[str] = set()
+    for m in messages:
+        assert m["role"] in ("user", "assistant"), m
+        assert m["content"], f"a turn without blocks: {m}"
+        uses = set()
+        for block in m["content"]:
+            if "text" in block:
+                assert block["text"], f"empty text block in {m}"
+            elif "toolUse" in block:
+                assert isinstance(block["toolUse"]["input"], dict), block
+                uses.add(block["toolUse"]["toolUseId"])
+            elif "toolResult" in block:
+                result = block["toolResult"]
+                assert result["toolUseId"] in previous_uses, block
+                for part in result.get("content", []):
+                    assert part.get("text", "x") != "", f"empty toolResult text in {m}"
+        previous_uses = uses
+    last = [b for b in messages[-1]["content"] if "toolResult" in b]
+    assert last, messages[-1]
+    assert last[0]["toolResult"]["content"] == []  # the `""` tool result, as the adapter sends it

@@ -3,8 +3,8 @@ real clients (openai-python, langchain-openai): text, parallel tools, text then 
 without arguments, usage, errors before and after the first byte, empty content in history.
 
 The providers are `oa` (openai kind, FakeOpenAI), `an` (anthropic kind, FakeAnthropic), `ge`
-(gemini kind, FakeGemini), `az` (azure kind, FakeAzure), `ol` (ollama kind, FakeOllama) and
-the built-in `mock`. Which scenario plays each case, and which
+(gemini kind, FakeGemini), `az` (azure kind, FakeAzure), `ol` (ollama kind, FakeOllama), `br`
+(bedrock kind, FakeBedrock) and the built-in `mock`. Which scenario plays each case, and which
 cases a provider cannot express, is in `tests.conformance.table`.
 """
 
@@ -23,6 +23,7 @@ from langchain_openai import ChatOpenAI
 from tests.conformance.table import (
     Provider,
     check_anthropic_history,
+    check_bedrock_history,
     check_gemini_history,
     check_ollama_history,
     check_openai_history,
@@ -31,6 +32,7 @@ from tests.conformance.table import (
 from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
 from tests.upstreams.anthropic_upstream import FakeAnthropic
 from tests.upstreams.azure_upstream import FakeAzure
+from tests.upstreams.bedrock_upstream import FakeBedrock
 from tests.upstreams.gemini_upstream import FakeGemini
 from tests.upstreams.ollama_upstream import FakeOllama
 from tests.upstreams.openai_upstream import FakeOpenAI
@@ -51,6 +53,7 @@ def fakes() -> Iterator[Fakes]:
         started["ge"] = FakeGemini().start()
         started["az"] = FakeAzure(key=AZURE_KEY).start()
         started["ol"] = FakeOllama().start()
+        started["br"] = FakeBedrock().start()
         yield started
     finally:
         for fake in started.values():
@@ -88,6 +91,12 @@ providers:
   - name: ol
     kind: ollama
     base_url: {fakes["ol"].base_url}
+    {timeouts}
+  - name: br
+    kind: bedrock
+    region: us-east-1
+    base_url: {fakes["br"].base_url}
+    keys: [{{aws_access_key_id: AKIDEXAMPLE, aws_secret_access_key: secret}}]
     {timeouts}
   - name: mock
     kind: mock
@@ -359,5 +368,7 @@ def test_empty_content_history_is_valid_upstream(gw: Gateway, fakes: Fakes, p: P
         check_anthropic_history(body)
     elif p.name == "ol":
         check_ollama_history(body, EMPTY_HISTORY)
+    elif p.name == "br":
+        check_bedrock_history(body)
     else:
         check_gemini_history(body)

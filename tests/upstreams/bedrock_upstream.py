@@ -6,15 +6,23 @@ The model id picks the scenario (a `:` suffix, as in `x-v1:0`, is allowed and ig
 
   text             text in three deltas, end_turn, metadata usage
   two-tools        text, then two toolUse blocks (contentBlockIndex 1 and 2), tool_use
+  tools-only       the two toolUse blocks of two-tools (contentBlockIndex 0 and 1) and no
+                   text, tool_use
+  no-args          one toolUse block `now` whose only input delta is `""`, tool_use
   exception        two text deltas, then a `validationException` exception frame
                    mid-stream (not retryable)
+  error-after      the frames of exception, with a 50 ms pause before the exception frame
+                   (so the gateway has sent its first byte when the error comes)
+  error-before     an `internalServerException` exception frame first, before any event
   fail-429         HTTP 429 with `x-amzn-errortype: ThrottlingException`
+  fail-500         HTTP 500 with `x-amzn-errortype: InternalServerException`
 
 Every request is recorded (raw path, headers with lowercased names, body).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -67,6 +75,22 @@ def tool_frames(index: int, tool_id: str, name: str, args: str) -> list[bytes]:
 
 
 def scenario_frames(scenario: str) -> list[bytes]:
+    if scenario in ("tools-only", "no-args"):
+        out = [frame("messageStart", {"role": "assistant"})]
+        if scenario == "no-args":
+            start = {"toolUse": {"toolUseId": "tooluse_fake_now", "name": "now"}}
+            empty = {"toolUse": {"input": ""}}  # Claude's one delta for a call without arguments
+            out += [
+                frame("contentBlockStart", {"contentBlockIndex": 0, "start": start}),
+                frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": empty}),
+                frame("contentBlockStop", {"contentBlockIndex": 0}),
+            ]
+        else:
+            for i, (name, args) in enumerate(TOOL_ARGS):
+                out += tool_frames(i, f"tooluse_fake_{i}", name, json.dumps(args))
+        out.append(frame("messageStop", {"stopReason": "tool_use"}))
+        out.append(frame("metadata", {"usage": USAGE, "metrics": {"latencyMs": 12}}))
+        return out
     out = [frame("messageStart", {"role": "assistant"}), *text_frames()]
     stop = "end_turn"
     if scenario == "two-tools":
@@ -108,6 +132,12 @@ class FakeBedrock(ThreadedUpstream):
                 status=429,
                 headers={"x-amzn-errortype": "ThrottlingException:http://internal.amazon.com/"},
             )
+        if scenario == "fail-500":
+            return web.json_response(
+                {"message": "The server encountered an internal error."},
+                status=500,
+                headers={"x-amzn-errortype": "InternalServerException:http://internal.amazon.com/"},
+            )
         return scenario
 
     async def _stream(self, request: web.Request) -> web.StreamResponse:
@@ -118,9 +148,16 @@ class FakeBedrock(ThreadedUpstream):
             headers={"Content-Type": "application/vnd.amazon.eventstream"}
         )
         await response.prepare(request)
+        if scenario == "error-after":
+            await response.write(b"".join(scenario_frames("text")[:3]))
+            await asyncio.sleep(0.05)
+            await response.write(exception_frame("validationException", "input is too long"))
+            return response
         if scenario == "exception":
             frames = scenario_frames("text")[:3]
             frames.append(exception_frame("validationException", "input is too long"))
+        elif scenario == "error-before":
+            frames = [exception_frame("internalServerException", "the model is unavailable")]
         else:
             frames = scenario_frames(scenario)
         blob = b"".join(frames)
@@ -134,7 +171,12 @@ class FakeBedrock(ThreadedUpstream):
             return scenario
         content: list[dict[str, Any]] = [{"text": "".join(TEXT_PIECES)}]
         stop = "end_turn"
-        if scenario == "two-tools":
+        if scenario == "tools-only":
+            content = []
+        elif scenario == "no-args":
+            content = [{"toolUse": {"toolUseId": "tooluse_fake_now", "name": "now", "input": {}}}]
+            stop = "tool_use"
+        if scenario in ("two-tools", "tools-only"):
             content += [
                 {"toolUse": {"toolUseId": f"tooluse_fake_{i}", "name": name, "input": args}}
                 for i, (name, args) in enumerate(TOOL_ARGS)
