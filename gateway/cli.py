@@ -58,11 +58,6 @@ def _unsupported(config: Config) -> list[str]:
         for i, p in enumerate(config.providers)
         if p.kind not in supported_kinds()
     ]
-    problems += [
-        f"models[{i}].tools: 'emulate' is not available in this build yet"
-        for i, m in enumerate(config.models)
-        if m.tools == "emulate"
-    ]
     return problems
 
 

@@ -58,6 +58,7 @@ class Router:
         self._providers = {p.name: p for p in config.providers}
         self._adapters = adapters
         self._models = {m.name: list(m.targets) for m in config.models}
+        self._emulated = frozenset(m.name for m in config.models if m.tools == "emulate")
         self._max_attempts = config.routing.max_attempts
         self._rng = rng or random.Random()
         self._fixed: dict[str, list[Attempt]] = {}
@@ -72,6 +73,10 @@ class Router:
         raise UnknownModel(
             f"The model '{model}' does not exist or is not served here", param="model"
         )
+
+    def emulates_tools(self, model: str) -> bool:
+        """True for a configured model with `tools: emulate` (its upstream takes no tools)."""
+        return model in self._emulated
 
     def plan(self, model: str) -> list[Attempt]:
         """Every attempt this request may make, in order, at most `routing.max_attempts`.

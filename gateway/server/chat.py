@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gateway.emulation.request import emulate_tools
 from gateway.errors import BadRequest, GatewayError, NoUpstreamAvailable
 from gateway.server.auth import authorize
 from gateway.server.request_body import read_json_object, typed
@@ -24,6 +25,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if isinstance(chat.n, int) and chat.n < 1:
         raise BadRequest("'n' must be at least 1", param="n")
     plan = state.router.plan(chat.model)
+    emulation = None
+    if state.router.emulates_tools(chat.model):
+        chat, body, emulation = emulate_tools(chat, body)
     request_id = request[REQUEST_ID]
     actor = StreamActor(
         http=request,
@@ -34,6 +38,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         request=chat,
         body=body,
         plan=plan,
+        tool_emulation=emulation,
         request_id=request_id,
         headers={"x-request-id": request_id},
     )

@@ -22,6 +22,8 @@ from typing import Any
 from aiohttp import web
 
 from gateway.config import ServerConfig
+from gateway.emulation.request import ToolEmulation
+from gateway.emulation.translator import EmulatedToolCalls
 from gateway.errors import (
     NoUpstreamAvailable,
     UpstreamConnectError,
@@ -66,6 +68,7 @@ class StreamActor:
         plan: list[Attempt],
         request_id: str,
         headers: dict[str, str],
+        tool_emulation: ToolEmulation | None = None,
     ) -> None:
         self._http = http
         self._pool = pool
@@ -75,6 +78,7 @@ class StreamActor:
         self._request = request
         self._body = body
         self._plan = plan
+        self._emulation = tool_emulation
         self.request_id = request_id
         self._headers = headers
         self._loop = asyncio.get_running_loop()
@@ -120,7 +124,8 @@ class StreamActor:
                 self._access_token = await self._token_for(attempt)
                 if self.stream:
                     return await self._serve_stream(attempt)
-                if attempt.adapter.native_unary:
+                # emulated tool calls are parsed from the text: the upstream streams then
+                if attempt.adapter.native_unary and self._emulation is None:
                     return await self._serve_unary(attempt)
                 return await self._serve_accumulated(attempt)
             except UpstreamError as err:
@@ -274,6 +279,8 @@ class StreamActor:
         body = await self._open_stream(attempt, call, deadlines)
         decoder = make_decoder(attempt.adapter.framing)
         translator = attempt.adapter.translator(call)
+        if self._emulation is not None:
+            translator = EmulatedToolCalls(translator, self._emulation, self.request_id)
         try:
             await self._read_loop(body, decoder, translator, acc, deadlines, deliver)
         except BaseException:
