@@ -18,6 +18,14 @@ from gateway.errors import UpstreamError, UpstreamStatusError
 from gateway.wire.openai_chat import ChatChunk, ChatRequest, Usage
 
 
+class NativeRequest(msgspec.Struct, frozen=True):
+    """The client's request in its own API, for an upstream that speaks that API too (a
+    Responses client in front of an `api: responses` target): forwarded, not translated."""
+
+    api: str  # "responses"
+    body: dict[str, Any]
+
+
 class UpstreamCall(msgspec.Struct, kw_only=True):
     """One attempt at one target: everything an adapter needs to build its request."""
 
@@ -30,6 +38,8 @@ class UpstreamCall(msgspec.Struct, kw_only=True):
     request_id: str
     created: int = 0  # unix seconds when the request arrived (sans-IO: passed in)
     access_token: str | None = None  # an OAuth token the actor fetched (needs_access_token)
+    api: str = "chat"  # the target's upstream API: "chat" | "responses" (openai, azure)
+    native: NativeRequest | None = None  # set when the upstream speaks the client's API
 
 
 class UpstreamRequest(msgspec.Struct, kw_only=True):
@@ -51,11 +61,13 @@ class Translated(msgspec.Struct, gc=False):
 
 
 class UnaryResult(msgspec.Struct, gc=False):
-    """A non-streaming upstream answer already in the client's format (passed through)."""
+    """A non-streaming upstream answer: a `chat.completion` JSON body, or, for a call with
+    `native` set, the upstream's own answer in that API (`api` says which)."""
 
     body: bytes
     usage: Usage | None
     model: str | None
+    api: str = "chat"
 
 
 class StreamTranslator(Protocol):

@@ -1,15 +1,17 @@
 """Rendering errors for clients, and the middlewares that make every answer carry an id.
 
 Every error leaves in the OpenAI shape `{"error": {"message", "type", "param", "code"}}`
-with the status its class names; aiohttp's own HTTP errors (unknown route, wrong method,
-body too large) are rendered the same way. Nothing here ever puts a secret in a body.
+with the status its class names, except on routes whose API has its own error shape: those
+register a renderer for their path in `ERROR_SHAPES` (Anthropic Messages under
+`/v1/messages`). aiohttp's own HTTP errors (unknown route, wrong method, body too large) are
+rendered the same way. Nothing here ever puts a secret in a body.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from aiohttp import web
 
@@ -26,19 +28,35 @@ from gateway.wire.openai_chat import encoder
 
 log = logging.getLogger("gateway.server")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+ErrorRenderer = Callable[[GatewayError], bytes]
+# path prefix -> the JSON body of an error on routes under it (others: the OpenAI shape)
+ERROR_SHAPES = web.AppKey("error_shapes", Mapping[str, ErrorRenderer])
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 
 
-def error_response(err: GatewayError, request_id: str | None = None) -> web.Response:
+def openai_error(err: GatewayError) -> bytes:
+    return encoder.encode(error_body(err))
+
+
+def error_response(
+    err: GatewayError, request_id: str | None = None, render: ErrorRenderer = openai_error
+) -> web.Response:
     headers = dict(err.headers)
     if request_id:
         headers["x-request-id"] = request_id
     return web.Response(
-        status=err.status,
-        body=encoder.encode(error_body(err)),
-        content_type="application/json",
-        headers=headers,
+        status=err.status, body=render(err), content_type="application/json", headers=headers
     )
+
+
+def renderer_for(request: web.Request) -> ErrorRenderer:
+    shapes = request.app.get(ERROR_SHAPES)
+    if shapes:
+        path = request.path
+        for prefix, render in shapes.items():
+            if path == prefix or path.startswith(prefix + "/"):
+                return render
+    return openai_error
 
 
 def request_id_of(request: web.Request) -> str:
@@ -70,16 +88,17 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         response = await handler(request)
     except GatewayError as err:
-        return error_response(err, request_id)
+        return error_response(err, request_id, renderer_for(request))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return error_response(_from_http_exception(exc, request), request_id)
+        http_err = _from_http_exception(exc, request)
+        return error_response(http_err, request_id, renderer_for(request))
     except Exception:
         log.exception(
             "unhandled error in %s %s (request %s)", request.method, request.path, request_id
         )
-        return error_response(InternalError("internal error"), request_id)
+        return error_response(InternalError("internal error"), request_id, renderer_for(request))
     if not response.prepared:
         response.headers["x-request-id"] = request_id
     return response

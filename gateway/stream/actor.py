@@ -32,7 +32,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.framing.registry import make_decoder
-from gateway.providers.base import StreamTranslator, Translated, UpstreamCall
+from gateway.providers.base import NativeRequest, StreamTranslator, Translated, UpstreamCall
 from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
@@ -40,6 +40,7 @@ from gateway.stream.client_stream import ClientGone, ClientStream
 from gateway.stream.credentials import AccessTokens
 from gateway.stream.deadlines import Deadlines
 from gateway.stream.http_client import HttpPool
+from gateway.stream.outbound import Outbound
 from gateway.stream.outcome import final_error
 from gateway.stream.transport import (
     PlaybackBody,
@@ -49,7 +50,7 @@ from gateway.stream.transport import (
     read_all,
     send_upstream,
 )
-from gateway.wire.openai_chat import ChatRequest, Usage, encoder
+from gateway.wire.openai_chat import ChatRequest, Usage
 
 
 class StreamActor:
@@ -68,6 +69,8 @@ class StreamActor:
         plan: list[Attempt],
         request_id: str,
         headers: dict[str, str],
+        outbound: Outbound | None = None,
+        native: NativeRequest | None = None,
         tool_emulation: ToolEmulation | None = None,
     ) -> None:
         self._http = http
@@ -86,11 +89,15 @@ class StreamActor:
         self.created = int(time.time())
         self._deadline = self.started + deadline_s
         self.stream = bool(request.stream)
-        options = request.stream_options
-        self._outbound = ChatOutbound(bool(options and options.include_usage))
+        if outbound is None:
+            options = request.stream_options
+            outbound = ChatOutbound(bool(options and options.include_usage))
+        self._outbound = outbound
+        self._native = native
         self.attempts = 0
         self.attempt: Attempt | None = None
         self.client = ClientStream(http, self._loop)
+        self.client.keepalive_bytes = outbound.keepalive
         self.accumulator: StreamAccumulator | None = None
         self._usage_raw: bytes | None = None
         self._task: asyncio.Task[Any] | None = None
@@ -137,6 +144,7 @@ class StreamActor:
         raise final_error(errors)
 
     def _call(self, attempt: Attempt, stream: bool) -> UpstreamCall:
+        native = self._native
         return UpstreamCall(
             request=self._request,
             body=self._body,
@@ -147,6 +155,8 @@ class StreamActor:
             request_id=self.request_id,
             created=self.created,
             access_token=self._access_token,
+            api=attempt.api,
+            native=native if native is not None and native.api == attempt.api else None,
         )
 
     async def _token_for(self, attempt: Attempt) -> str | None:
@@ -218,20 +228,23 @@ class StreamActor:
         body.release()
         self.usage = result.usage
         return web.Response(
-            body=result.body, content_type="application/json", headers=self._commit_headers()
+            body=self._outbound.unary(result),
+            content_type="application/json",
+            headers=self._commit_headers(),
         )
 
     async def _serve_accumulated(self, attempt: Attempt) -> web.StreamResponse:
         """Non-streaming client, streaming-only upstream: accumulate, answer once."""
         acc = await self._pump(attempt, deliver=False)
-        completion = acc.completion(
+        completion = self._outbound.completion(
+            acc,
             id=acc.id or "chatcmpl-" + self.request_id,
             model=acc.model or attempt.model,
             created=acc.created,
         )
         self.usage = acc.usage
         return web.Response(
-            body=encoder.encode(completion),
+            body=completion,
             content_type="application/json",
             headers=self._commit_headers(),
         )
@@ -264,6 +277,7 @@ class StreamActor:
         self._usage_raw = None
         self.client.pending = []
         self.client.headers = self._commit_headers()
+        self._outbound.start_attempt(call.native is not None)
         acc = self.accumulator = StreamAccumulator(
             single_choice=not (self._request.n and self._request.n > 1),
             id_seed=self.request_id,
@@ -337,7 +351,16 @@ class StreamActor:
         EOF) the translator's own `close()` items follow the last frames (a stream without
         an end marker, like Gemini's, finishes there)."""
         out: list[bytes] = []
+        outbound = self._outbound
         try:
+            if outbound.passthrough:
+                discard: list[bytes] = []
+                for frame in frames:
+                    out.append(outbound.frame(frame))
+                    self._add(translator.feed(frame), acc, discard)
+                if closing:
+                    self._add(translator.close(), acc, discard)
+                return out
             for frame in frames:
                 self._add(translator.feed(frame), acc, out)
             if closing:

@@ -6,10 +6,15 @@ upstream's own bytes; anything the gateway built or corrected is encoded here.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway.errors import GatewayError
-from gateway.framing.sse import DONE
+from gateway.framing.sse import DONE, encode_comment
+from gateway.providers.base import UnaryResult
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import ChatChunk, ErrorBody, ErrorDetail, encoder
+
+KEEPALIVE = encode_comment("keep-alive")
 
 
 def error_body(err: GatewayError) -> ErrorBody:
@@ -21,12 +26,19 @@ def error_body(err: GatewayError) -> ErrorBody:
 class ChatOutbound:
     """SSE for one chat stream. `include_usage`: the client asked for the usage chunk."""
 
-    content_type = "text/event-stream"
+    keepalive = KEEPALIVE
+    passthrough = False
 
     __slots__ = ("include_usage",)
 
     def __init__(self, include_usage: bool) -> None:
         self.include_usage = include_usage
+
+    def start_attempt(self, native: bool) -> None:
+        pass  # no per-attempt state: chat upstreams are translated or forwarded chunk by chunk
+
+    def frame(self, frame: Any) -> bytes:
+        raise AssertionError("chat streams are never passed through frame by frame")
 
     def chunk(self, chunk: ChatChunk, raw: bytes | None) -> bytes:
         return b"data: " + (raw if raw is not None else encoder.encode(chunk)) + b"\n\n"
@@ -50,6 +62,12 @@ class ChatOutbound:
     def error(self, err: GatewayError) -> bytes:
         """A failure after the commit point: an error event, then [DONE]; never a silent end."""
         return b"data: " + encoder.encode(error_body(err)) + b"\n\n" + DONE
+
+    def completion(self, acc: StreamAccumulator, *, id: str, model: str, created: int) -> bytes:
+        return encoder.encode(acc.completion(id=id, model=model, created=created))
+
+    def unary(self, result: UnaryResult) -> bytes:
+        return result.body  # already a chat.completion (adapters translate to it)
 
     @staticmethod
     def _template(acc: StreamAccumulator, choices: list) -> ChatChunk:  # type: ignore[type-arg]

@@ -46,6 +46,7 @@ class ClientStream:
         self.response: web.StreamResponse | None = None
         self.deadlines: Deadlines | None = None  # the read loop's, told about each write
         self.first_output_at: float | None = None
+        self.keepalive_bytes = KEEPALIVE  # the inbound API's own (Anthropic: a ping event)
 
     async def deliver(self, out: list[bytes], output_seen: bool) -> None:
         """Bytes of one upstream read: held until the first output, then written at once."""
@@ -62,10 +63,11 @@ class ClientStream:
         nothing held back (commit_after_s passed) a keep-alive comment carries the headers."""
         await self._start()
         pending, self.pending = self.pending, []
-        await self.write(b"".join(pending) if pending else KEEPALIVE, progress=bool(pending))
+        data = b"".join(pending) if pending else self.keepalive_bytes
+        await self.write(data, progress=bool(pending))
 
     async def keepalive(self) -> None:
-        await self.write(KEEPALIVE, progress=False)
+        await self.write(self.keepalive_bytes, progress=False)
 
     async def write(self, data: bytes, *, progress: bool = True) -> None:
         """Write with backpressure. A write that completes counts as progress for the idle
