@@ -37,4 +37,6 @@ def build_app(config: Config) -> web.Application:
 
 
 async def _close_pool(app: web.Application) -> None:
-    app[STATE].pool.close()
+    state = app[STATE]
+    state.pool.close()
+    await state.kv.close()

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from gateway.config import Config
 from gateway.routing.router import Router
+from gateway.store.kv import KeyValueStore, make_kv
 from gateway.stream.credentials import AccessTokens
 from gateway.stream.http_client import HttpPool
 
@@ -26,6 +27,7 @@ class GatewayState:
         self.router = router
         self.pool = HttpPool()
         self.tokens = AccessTokens()
+        self.kv: KeyValueStore = make_kv(config.store.url)
         self.active: set[StreamActor] = set()
         self.idle = asyncio.Event()  # set whenever no request is in flight
         self.idle.set()
