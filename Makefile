@@ -17,6 +17,7 @@ run: $(STAMP)
 	$(PY) -m gateway serve $(if $(CONFIG),--config $(CONFIG))
 
 test: $(STAMP)
+	bash tests/install_deps.sh
 	$(PY) -m pytest -q
 
 lint: $(STAMP)

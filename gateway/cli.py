@@ -13,6 +13,7 @@ import msgspec
 
 from gateway.config import Config, ConfigError, check_config, default_config, load_config
 from gateway.providers.registry import supported_kinds
+from gateway.store.kv import store_problem
 
 log = logging.getLogger("gateway")
 
@@ -87,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
+        return 2
+    unusable_store = store_problem(config.store.url)
+    if unusable_store:  # before any worker starts: each would fail, be restarted, fail again
+        print(f"store.url: {unusable_store}", file=sys.stderr)
         return 2
     server = config.server
     return serve(
