@@ -13,6 +13,12 @@ request goes and how it is authenticated (docs/providers.md, "Azure OpenAI"):
   `{base_url}/openai/v1/chat/completions`, `?api-version=preview` only for `preview`, the
   model in the body.
 
+A target with `api: responses` calls Azure's Responses API instead, with the deployment
+in the body's `model` (Azure's Responses API has no deployment segment in its path):
+`{base_url}/openai/v1/responses` on the v1 path (`?api-version=preview` for `preview`), and
+`{base_url}/openai/responses?api-version={api_version}` otherwise (a dated version that has
+the Responses API: `2025-03-01-preview` or later).
+
 The provider key goes in the `api-key` header, never in `Authorization`.
 """
 
@@ -46,13 +52,18 @@ class AzureAdapter(OpenAIAdapter):
             # The v1 API takes no dated api-version; `preview` opts into preview features.
             query = "?api-version=preview" if version.lower() == "preview" else ""
             self._url = root + "/openai/v1/chat/completions" + query
+            self._responses_url = root + "/openai/v1/responses" + query
             self._prefix = self._suffix = ""
         else:
+            dated = "?api-version=" + quote(version, safe="")
             self._prefix = root + "/openai/deployments/"
-            self._suffix = "/chat/completions?api-version=" + quote(version, safe="")
+            self._suffix = "/chat/completions" + dated
             self._url = ""
+            self._responses_url = root + "/openai/responses" + dated
 
     def url(self, call: UpstreamCall) -> str:
+        if call.api == "responses":
+            return self._responses_url
         if self.v1:
             return self._url
         return self._prefix + quote(call.model, safe="") + self._suffix

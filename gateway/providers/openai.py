@@ -1,4 +1,6 @@
-"""OpenAI and every OpenAI-compatible server: Chat Completions, streamed and not.
+"""OpenAI and every OpenAI-compatible server: Chat Completions, streamed and not, or, for a
+target with `api: responses`, the Responses API (`{base_url}/responses`, translated by
+`openai_responses.py`).
 
 Sans-IO. The request body starts from the client's own JSON object, so fields the gateway
 does not model are forwarded untouched and `""`, `null` and absent stay what they were. Only
@@ -17,12 +19,15 @@ from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
 from gateway.providers.base import (
+    StreamTranslator,
     Translated,
     UnaryResult,
     UpstreamCall,
     UpstreamRequest,
     status_error,
 )
+from gateway.providers.openai_responses import ResponsesStreamTranslator, responses_unary_result
+from gateway.providers.openai_responses_request import responses_body
 from gateway.wire.openai_chat import (
     UNSET,
     ErrorDetail,
@@ -36,7 +41,10 @@ _DONE = b"[DONE]"
 
 
 def upstream_body(call: UpstreamCall) -> bytes:
-    """The client's JSON with the upstream model and, for streams, usage asked for."""
+    """The client's JSON with the upstream model and, for streams, usage asked for; for
+    `api: responses` the Responses request (which always reports usage)."""
+    if call.api == "responses":
+        return encoder.encode(responses_body(call))
     body = dict(call.body)
     body["model"] = call.model
     if call.stream:
@@ -105,7 +113,9 @@ class OpenAIAdapter:
     needs_access_token = False
 
     def __init__(self, provider: ProviderConfig) -> None:
-        self._url = effective_base_url(provider) + "/chat/completions"
+        base = effective_base_url(provider)
+        self._url = base + "/chat/completions"
+        self._responses_url = base + "/responses"
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest:
         headers = {"Content-Type": "application/json"}
@@ -113,12 +123,17 @@ class OpenAIAdapter:
             headers["Accept"] = "text/event-stream"
         if call.key is not None and call.key.key:
             headers["Authorization"] = "Bearer " + call.key.key.reveal()
-        return UpstreamRequest(url=self._url, headers=headers, body=upstream_body(call))
+        url = self._responses_url if call.api == "responses" else self._url
+        return UpstreamRequest(url=url, headers=headers, body=upstream_body(call))
 
-    def translator(self, call: UpstreamCall) -> ChatStreamTranslator:
+    def translator(self, call: UpstreamCall) -> StreamTranslator:
+        if call.api == "responses":
+            return ResponsesStreamTranslator(model=call.model, created=call.created)
         return ChatStreamTranslator()
 
     def unary_result(self, call: UpstreamCall, body: bytes) -> UnaryResult:
+        if call.api == "responses":
+            return responses_unary_result(call, body)
         try:
             parsed = completion_usage_decoder.decode(body)
         except msgspec.DecodeError as exc:
