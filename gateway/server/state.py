@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import secrets
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from aiohttp import web
 
@@ -15,8 +15,11 @@ from gateway.store.kv import KeyValueStore, make_kv
 from gateway.stream.credentials import AccessTokens
 from gateway.stream.http_client import HttpPool
 
-if TYPE_CHECKING:
-    from gateway.stream.actor import StreamActor
+
+class InFlight(Protocol):
+    """A request being served, which a graceful shutdown may have to end early."""
+
+    def shut_down(self, reason: str) -> None: ...
 
 
 class GatewayState:
@@ -28,7 +31,7 @@ class GatewayState:
         self.pool = HttpPool()
         self.tokens = AccessTokens()
         self.kv: KeyValueStore = make_kv(config.store.url)
-        self.active: set[StreamActor] = set()
+        self.active: set[InFlight] = set()
         self.idle = asyncio.Event()  # set whenever no request is in flight
         self.idle.set()
         self.draining = False
@@ -40,11 +43,11 @@ class GatewayState:
     def new_request_id(self) -> str:
         return f"{self._id_prefix}{next(self._ids):010x}"
 
-    def enter(self, actor: StreamActor) -> None:
+    def enter(self, actor: InFlight) -> None:
         self.active.add(actor)
         self.idle.clear()
 
-    def leave(self, actor: StreamActor) -> None:
+    def leave(self, actor: InFlight) -> None:
         self.active.discard(actor)
         if not self.active:
             self.idle.set()

@@ -1,0 +1,112 @@
+"""Embeddings against OpenAI and OpenAI-compatible servers (`{base_url}/embeddings`) and Azure
+OpenAI. Sans-IO.
+
+The upstream body is the client's own JSON with `model` set to the target's upstream id, so
+token-id input, `dimensions`, `encoding_format`, `user` and fields the gateway does not model
+reach the upstream as sent. One call carries every input (the gateway caps a request at
+OpenAI's own 2048 inputs). The answer may hold floats or base64 (when the client asked for
+base64, so did the upstream); either is decoded and the gateway renders the client's format.
+
+Azure, like its chat adapter (providers/azure.py): `{root}/openai/deployments/{deployment}/
+embeddings?api-version={api_version}` for a dated version, `{root}/openai/v1/embeddings`
+(`?api-version=preview` for `preview`) for the v1 API; the key goes in `api-key`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import quote
+
+from msgspec import UNSET
+
+from gateway.config import ProviderConfig, effective_base_url
+from gateway.embeddings.base import (
+    EmbeddingsCall,
+    Part,
+    PartResult,
+    decode_json,
+    floats_of_base64,
+)
+from gateway.errors import UpstreamProtocolError
+from gateway.providers.azure import V1_VERSIONS
+from gateway.providers.base import UpstreamRequest
+from gateway.wire.openai_embeddings import encoder, upstream_decoder
+
+
+def upstream_body(call: EmbeddingsCall) -> bytes:
+    body = dict(call.body)
+    body["model"] = call.model
+    return encoder.encode(body)
+
+
+def parse_openai(body: bytes) -> PartResult:
+    """An OpenAI embeddings answer; vectors placed by their `index` when it is given."""
+    answer = decode_json(upstream_decoder, body, "embeddings answer")
+    vectors: list[list[float] | None] = [None] * len(answer.data)
+    for position, item in enumerate(answer.data):
+        index = item.index if item.index is not UNSET else position
+        if not 0 <= index < len(vectors) or vectors[index] is not None:
+            raise UpstreamProtocolError(f"the upstream sent a misplaced embedding index {index}")
+        embedding = item.embedding
+        vectors[index] = floats_of_base64(embedding) if isinstance(embedding, str) else embedding
+    tokens = answer.usage.prompt_tokens if answer.usage is not None else None
+    return PartResult(vectors=[v for v in vectors if v is not None], prompt_tokens=tokens)
+
+
+class OpenAIEmbeddings:
+    """The `openai` kind: `POST {base_url}/embeddings`, the key as a bearer token."""
+
+    needs_access_token = False
+    takes_token_ids = True
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        self._url = effective_base_url(provider) + "/embeddings"
+
+    def url(self, call: EmbeddingsCall) -> str:
+        return self._url
+
+    def headers(self, call: EmbeddingsCall) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if call.key is not None and call.key.key:
+            headers["Authorization"] = "Bearer " + call.key.key.reveal()
+        return headers
+
+    def plan(self, call: EmbeddingsCall) -> list[Part]:
+        request = UpstreamRequest(
+            url=self.url(call), headers=self.headers(call), body=upstream_body(call)
+        )
+        return [Part(request=request, start=0, count=len(call.inputs))]
+
+    def parse(
+        self, call: EmbeddingsCall, part: Part, body: bytes, headers: Mapping[str, str]
+    ) -> PartResult:
+        return parse_openai(body)
+
+
+class AzureEmbeddings(OpenAIEmbeddings):
+    """The `azure` kind: Azure's deployment or v1 URL, the key in `api-key`."""
+
+    def __init__(self, provider: ProviderConfig) -> None:
+        base = effective_base_url(provider)
+        version = (provider.api_version or "").strip()
+        if base.endswith("/openai/v1"):
+            root, self._v1 = base.removesuffix("/openai/v1"), True
+        else:
+            root, self._v1 = base.removesuffix("/openai"), version.lower() in V1_VERSIONS
+        if self._v1:
+            query = "?api-version=preview" if version.lower() == "preview" else ""
+            self._url = root + "/openai/v1/embeddings" + query
+        else:
+            self._prefix = root + "/openai/deployments/"
+            self._suffix = "/embeddings?api-version=" + quote(version, safe="")
+
+    def url(self, call: EmbeddingsCall) -> str:
+        if self._v1:
+            return self._url
+        return self._prefix + quote(call.model, safe="") + self._suffix
+
+    def headers(self, call: EmbeddingsCall) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if call.key is not None and call.key.key:
+            headers["api-key"] = call.key.key.reveal()
+        return headers

@@ -1,0 +1,266 @@
+"""POST /v1/embeddings: the OpenAI embeddings API in front of every provider that has one.
+
+The request is checked here (input, encoding_format, dimensions), the router plans the
+attempts as for chat, and each attempt's provider family (gateway/embeddings/, sans-IO)
+builds the upstream requests: one, or several when the provider caps the inputs per call
+(sent concurrently, at most `PARALLEL_PARTS` at a time, merged in input order). A retryable
+failure of any part fails the attempt over to the next one, which starts again from the
+first input. A target whose provider cannot take the request (no embeddings API, token-id
+input to a text-only provider, `dimensions` a model does not take) is skipped; if no target
+could take it, the client gets that 400.
+
+Each attempt is bounded by its provider's `total_s` (and connect by `connect_s`) and the
+whole request by `routing.deadline_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+from msgspec import UNSET
+
+from gateway.embeddings.base import (
+    EmbeddingsCall,
+    EmbeddingsProvider,
+    Inputs,
+    Part,
+    PartResult,
+    merge,
+    parse_input,
+    render,
+    texts_of,
+)
+from gateway.embeddings.registry import embeddings_provider
+from gateway.errors import (
+    BadRequest,
+    ClientError,
+    GatewayError,
+    NoUpstreamAvailable,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamTimeout,
+)
+from gateway.routing.router import Attempt
+from gateway.server.auth import authorize
+from gateway.server.inference import refuse_while_draining
+from gateway.server.request_body import read_json_object, typed
+from gateway.server.state import REQUEST_ID, STATE, GatewayState
+from gateway.stream.http_client import UpstreamResponse
+from gateway.stream.outcome import final_error
+from gateway.stream.transport import open_upstream, read_all
+from gateway.wire.openai_embeddings import EmbeddingsRequest, EmbeddingsUsage
+
+PARALLEL_PARTS = 8
+
+
+def wants_base64(request: EmbeddingsRequest) -> bool:
+    fmt = request.encoding_format
+    if fmt is UNSET or fmt is None or fmt == "float":
+        return False
+    if fmt == "base64":
+        return True
+    raise BadRequest(
+        f"Invalid value for 'encoding_format': {fmt!r}; expected 'float' or 'base64'",
+        param="encoding_format",
+    )
+
+
+def dimensions_of(request: EmbeddingsRequest) -> int | None:
+    dims = request.dimensions
+    if dims is UNSET or dims is None:
+        return None
+    if dims < 1:
+        raise BadRequest("'dimensions' must be at least 1", param="dimensions")
+    return dims
+
+
+async def embeddings(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    authorize(request, state.config.auth.master_key)
+    refuse_while_draining(request)
+    body = await read_json_object(request)
+    parsed = typed(body, EmbeddingsRequest)
+    inputs = parse_input(parsed.input)
+    run = EmbeddingsRun(
+        state=state,
+        request_id=request[REQUEST_ID],
+        body=body,
+        inputs=inputs,
+        dimensions=dimensions_of(parsed),
+        base64=wants_base64(parsed),
+        model=parsed.model,
+    )
+    state.enter(run)
+    try:
+        return await run.serve()
+    except asyncio.CancelledError:
+        if run.shutdown_reason is None:
+            raise
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()  # our own cancellation (shutdown): answer instead
+        raise NoUpstreamAvailable(run.shutdown_reason, code="server_shutting_down") from None
+    except GatewayError as err:
+        if run.attempts:
+            err.headers["x-gateway-attempts"] = str(run.attempts)
+        raise
+    finally:
+        state.leave(run)
+
+
+class EmbeddingsRun:
+    """One embeddings request through its planned attempts; `usage` is set on success."""
+
+    def __init__(
+        self,
+        *,
+        state: GatewayState,
+        request_id: str,
+        body: dict[str, Any],
+        inputs: Inputs,
+        dimensions: int | None,
+        base64: bool,
+        model: str,
+    ) -> None:
+        self._state = state
+        self._request_id = request_id
+        self._body = body
+        self._inputs = inputs
+        self._dimensions = dimensions
+        self._base64 = base64
+        self._model = model
+        self._loop = asyncio.get_running_loop()
+        self._deadline = self._loop.time() + state.config.routing.deadline_s
+        self.attempts = 0
+        self.usage: EmbeddingsUsage | None = None
+        self.shutdown_reason: str | None = None
+        self._task = asyncio.current_task()
+
+    def shut_down(self, reason: str) -> None:
+        """Graceful shutdown ran out of time: end this request with a 503 now."""
+        self.shutdown_reason = reason
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    async def serve(self) -> web.Response:
+        plan = self._state.router.plan(self._model)
+        errors: list[UpstreamError] = []
+        refused: ClientError | None = None
+        for attempt in plan:
+            if self._loop.time() >= self._deadline:
+                break
+            try:
+                return await self._try(attempt)
+            except ClientError as err:
+                refused = refused or err  # this target cannot take the request: the next may
+            except UpstreamError as err:
+                errors.append(err)
+                if not err.retryable:
+                    break
+        if errors:
+            raise final_error(errors)
+        if refused is not None:
+            raise refused
+        raise NoUpstreamAvailable("no upstream target could be tried for this model")
+
+    async def _try(self, attempt: Attempt) -> web.Response:
+        family = embeddings_provider(attempt.provider)
+        call = EmbeddingsCall(
+            inputs=self._inputs,
+            body=self._body,
+            dimensions=self._dimensions,
+            provider=attempt.provider,
+            key=attempt.key,
+            model=attempt.model,
+            now=datetime.now(UTC),
+        )
+        if not family.takes_token_ids:
+            texts_of(call)  # refuse token ids before fetching any credential
+        if not family.needs_access_token:
+            parts = family.plan(call)
+            self.attempts += 1
+        else:
+            self.attempts += 1
+            call.access_token = await self._token_for(attempt)
+            parts = family.plan(call)
+        timeouts = attempt.provider.timeouts
+        until = min(self._loop.time() + timeouts.total_s, self._deadline)
+        try:
+            async with asyncio.timeout_at(until):
+                results = await self._send_all(attempt, family, call, parts)
+        except TimeoutError:
+            raise UpstreamTimeout(
+                f"the upstream did not answer within {timeouts.total_s:g}s"
+            ) from None
+        vectors, tokens = merge(call, parts, results)
+        self.usage = EmbeddingsUsage(prompt_tokens=tokens, total_tokens=tokens)
+        return web.Response(
+            body=render(vectors, self._model, tokens, self._base64),
+            content_type="application/json",
+            headers={
+                "x-request-id": self._request_id,
+                "x-gateway-provider": attempt.provider.name,
+                "x-gateway-model": attempt.model,
+                "x-gateway-attempts": str(self.attempts),
+            },
+        )
+
+    async def _token_for(self, attempt: Attempt) -> str:
+        credentials = attempt.key.credentials_file if attempt.key is not None else None
+        if not credentials:
+            raise UpstreamConnectError(f"provider {attempt.provider.name!r} has no credentials")
+        return await self._state.tokens.token(credentials)
+
+    async def _send_all(
+        self, attempt: Attempt, family: EmbeddingsProvider, call: EmbeddingsCall, parts: list[Part]
+    ) -> list[PartResult]:
+        if len(parts) == 1:
+            return [await self._send(attempt, family, call, parts[0])]
+        slots = asyncio.Semaphore(PARALLEL_PARTS)
+
+        async def send_in_slot(part: Part) -> PartResult:
+            async with slots:
+                return await self._send(attempt, family, call, part)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [
+                    group.create_task(send_in_slot(part), name=f"embeddings-part-{part.start}")
+                    for part in parts
+                ]
+        except BaseExceptionGroup as failed:
+            upstream = _first_upstream_error(failed)
+            if upstream is None:
+                raise
+            raise upstream from None
+        return [task.result() for task in tasks]
+
+    async def _send(
+        self, attempt: Attempt, family: EmbeddingsProvider, call: EmbeddingsCall, part: Part
+    ) -> PartResult:
+        connect_s = attempt.provider.timeouts.connect_s
+        body = await open_upstream(
+            self._state.pool, attempt.adapter, part.request, connect_s=connect_s
+        )
+        try:
+            data = await read_all(body)
+        except BaseException:
+            body.abort()
+            raise
+        headers = body.head.headers if isinstance(body, UpstreamResponse) else {}
+        body.release()
+        return family.parse(call, part, data, headers)
+
+
+def _first_upstream_error(group: BaseExceptionGroup[Any]) -> UpstreamError | None:
+    for exc in group.exceptions:
+        if isinstance(exc, UpstreamError):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            found = _first_upstream_error(exc)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,34 @@
+"""Building embeddings calls for the sans-IO tests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from gateway.config import ProviderConfig, ProviderKey
+from gateway.embeddings.base import EmbeddingsCall, parse_input
+
+NOW = datetime(2025, 11, 30, 12, 0, 0, tzinfo=UTC)
+
+
+def make_call(
+    provider: ProviderConfig,
+    model: str,
+    value: Any,
+    *,
+    key: ProviderKey | None = None,
+    dimensions: int | None = None,
+    body: dict[str, Any] | None = None,
+    access_token: str | None = None,
+) -> EmbeddingsCall:
+    body = body if body is not None else {"model": "client-name", "input": value}
+    return EmbeddingsCall(
+        inputs=parse_input(value),
+        body=body,
+        dimensions=dimensions,
+        provider=provider,
+        key=key if key is not None else (provider.keys[0] if provider.keys else None),
+        model=model,
+        now=NOW,
+        access_token=access_token,
+    )
