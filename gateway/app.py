@@ -10,8 +10,11 @@ from gateway.config import Config
 from gateway.providers.registry import make_adapter
 from gateway.routing.router import Router
 from gateway.server.chat import chat_completions, list_models
-from gateway.server.errors import error_middleware
+from gateway.server.embeddings import embeddings
+from gateway.server.errors import ERROR_SHAPES, error_middleware
 from gateway.server.health import healthz, readyz
+from gateway.server.messages import count_tokens, messages, render_error
+from gateway.server.responses import create_response
 from gateway.server.state import STATE, GatewayState
 
 log = logging.getLogger("gateway")
@@ -27,7 +30,12 @@ def build_app(config: Config) -> web.Application:
     )
     app[STATE] = state
     app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/messages", messages)
+    app.router.add_post("/v1/messages/count_tokens", count_tokens)
+    app[ERROR_SHAPES] = {"/v1/messages": render_error}
+    app.router.add_post("/v1/embeddings", embeddings)
     app.router.add_get("/v1/models", list_models)
+    app.router.add_post("/v1/responses", create_response)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.on_cleanup.append(_close_pool)

@@ -91,6 +91,7 @@ class StoreConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     """Where budgets, rate-limit windows, key health and virtual keys live."""
 
     url: str = "sqlite:///./gateway.db"  # memory:// | sqlite:///PATH | redis[s]://HOST:PORT/DB
+    responses_ttl_s: float = 30 * 24 * 3600.0  # how long /v1/responses keeps a response
 
     def __repr__(self) -> str:
         # A redis URL may carry a password: never show the userinfo.

@@ -18,6 +18,7 @@
     │   └── UpstreamProtocolError  the upstream's bytes are not the wire format it promised
     │       └── FramingError         an SSE/NDJSON frame is malformed or over its size bound
     ├── NoUpstreamAvailable      503: every target or key is unavailable, or none was tried
+    ├── StoreUnanswered          503: the store (responses, budgets) did not answer: fail closed
     └── InternalError            500: a bug of ours; logged with the request id
 
 This module is pure data: the sans-IO core raises these, the server renders them
@@ -153,6 +154,15 @@ class NoUpstreamAvailable(GatewayError):
     status = 503
     type = "server_error"
     code = "no_upstream_available"
+
+
+class StoreUnanswered(GatewayError):
+    """The shared store did not answer; the request is refused rather than served without
+    the state it needs (a budget must never fail open)."""
+
+    status = 503
+    type = "server_error"
+    code = "store_unavailable"
 
 
 class InternalError(GatewayError):

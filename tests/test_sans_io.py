@@ -17,8 +17,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 GATEWAY = ROOT / "gateway"
 FORBIDDEN = frozenset({"asyncio", "aiohttp", "socket", "logging", "time", "prometheus_client"})
-SANS_IO_PACKAGES = ("wire", "framing", "providers")
-SANS_IO_MODULES = ("stream/accumulator.py", "stream/chat_outbound.py")
+SANS_IO_PACKAGES = ("wire", "framing", "providers", "inbound", "embeddings", "emulation")
+SANS_IO_MODULES = (
+    "stream/accumulator.py",
+    "stream/chat_outbound.py",
+    "stream/outbound.py",
+    "stream/pipeline.py",
+)
 
 
 def sans_io_files() -> list[Path]:

@@ -10,6 +10,9 @@ or rejected with a 400; keep the two in step. The rules that shape this module:
   is dropped, never sent and never turned into `null`; a turn left with no block at all is
   dropped (its neighbours then merge). A `""` tool result is sent without a `content` key,
   which Anthropic reads as an empty result.
+- `cache_control` (prompt caching) is read from content parts, system parts and
+  `CacheControlledTool`s, which only the Anthropic Messages inbound API makes; it is carried
+  onto the matching blocks and tools.
 - `response_format` json_schema / json_object is served with a forced tool whose input is
   the answer (`answer_tool`); the translator turns that tool's input back into content.
 """
@@ -23,6 +26,7 @@ from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
 from gateway.wire.anthropic import (
     Block,
+    CacheControlledTool,
     ImageBlock,
     ImageSource,
     MessageParam,
@@ -120,8 +124,9 @@ def _parts(content: Any, param: str, *, images: bool) -> list[TextBlock | ImageB
             text = part.get(kind)
             if not isinstance(text, str):
                 raise BadRequest(f"a {kind} part needs a string {kind!r}", param=f"{param}[{j}]")
-            if text:
-                out.append(TextBlock(text=text))
+            if not text:
+                continue
+            out.append(TextBlock(text=text))
         elif kind == "image_url" and images:
             image = part.get("image_url")
             url = image.get("url") if isinstance(image, dict) else image
@@ -131,6 +136,9 @@ def _parts(content: Any, param: str, *, images: bool) -> list[TextBlock | ImageB
                 f"content part type {kind!r} is not supported by the anthropic provider",
                 param=f"{param}[{j}].type",
             )
+        cache_control = part.get("cache_control")
+        if isinstance(cache_control, dict):
+            out[-1].cache_control = cache_control  # set only by the Messages inbound API
     return out
 
 
@@ -213,7 +221,10 @@ def _tools(request: ChatRequest) -> list[ToolParam]:
                 param=f"tools[{i}].type",
             )
         schema = fn.parameters if fn.parameters is not UNSET else _EMPTY_SCHEMA
-        out.append(ToolParam(name=fn.name, input_schema=schema, description=fn.description))
+        param = ToolParam(name=fn.name, input_schema=schema, description=fn.description)
+        if isinstance(tool, CacheControlledTool):
+            param.cache_control = tool.cache_control
+        out.append(param)
     return out
 
 

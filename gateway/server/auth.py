@@ -20,14 +20,17 @@ def bearer_token(request: web.Request, *, allow_x_api_key: bool = False) -> str 
     return None
 
 
-def authorize(request: web.Request, master_key: Secret) -> None:
-    """Open gateway when no master key is configured; otherwise the bearer must match it."""
+def authorize(request: web.Request, master_key: Secret, *, allow_x_api_key: bool = False) -> None:
+    """Open gateway when no master key is configured; otherwise the bearer must match it.
+    `allow_x_api_key`: the key may come as `x-api-key` too (Anthropic clients send it so)."""
     if not master_key:
         return
-    token = bearer_token(request)
+    token = bearer_token(request, allow_x_api_key=allow_x_api_key)
     if token is None:
+        how = "'x-api-key: <key>' or " if allow_x_api_key else ""
         raise AuthenticationFailed(
-            "Missing API key: send it as 'Authorization: Bearer <key>'", code="missing_api_key"
+            f"Missing API key: send it as {how}'Authorization: Bearer <key>'",
+            code="missing_api_key",
         )
     if not hmac.compare_digest(token.encode(), master_key.reveal().encode()):
         raise AuthenticationFailed("Incorrect API key provided")

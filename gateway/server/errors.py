@@ -21,8 +21,10 @@ from gateway.errors import (
     InternalError,
     MethodNotAllowed,
     NotFound,
+    StoreUnanswered,
 )
 from gateway.server.state import REQUEST_ID, STATE
+from gateway.store.kv import StoreError
 from gateway.stream.chat_outbound import error_body
 from gateway.wire.openai_chat import encoder
 
@@ -89,6 +91,18 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         response = await handler(request)
     except GatewayError as err:
         return error_response(err, request_id, renderer_for(request))
+    except StoreError as exc:
+        # a handler that needed the store and did not say more: fail closed, 503
+        log.warning(
+            "store error in %s %s (request %s): %s",
+            request.method,
+            request.path,
+            request_id,
+            type(exc).__name__,
+        )
+        unanswered = StoreUnanswered("the gateway's store did not answer; try again shortly")
+        unanswered.headers["Retry-After"] = "1"
+        return error_response(unanswered, request_id, renderer_for(request))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

@@ -32,7 +32,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.framing.registry import make_decoder
-from gateway.providers.base import NativeRequest, StreamTranslator, Translated, UpstreamCall
+from gateway.providers.base import NativeRequest, UpstreamCall
 from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
@@ -42,6 +42,7 @@ from gateway.stream.deadlines import Deadlines
 from gateway.stream.http_client import HttpPool
 from gateway.stream.outbound import Outbound
 from gateway.stream.outcome import final_error
+from gateway.stream.pipeline import ChunkPipeline
 from gateway.stream.transport import (
     PlaybackBody,
     UpstreamBody,
@@ -99,7 +100,6 @@ class StreamActor:
         self.client = ClientStream(http, self._loop)
         self.client.keepalive_bytes = outbound.keepalive
         self.accumulator: StreamAccumulator | None = None
-        self._usage_raw: bytes | None = None
         self._task: asyncio.Task[Any] | None = None
         self._shutdown_reason: str | None = None
         self.usage: Usage | None = None
@@ -227,15 +227,16 @@ class StreamActor:
             raise
         body.release()
         self.usage = result.usage
+        answer = self._outbound.unary(result)
+        if self._outbound.settle is not None:
+            await self._outbound.settle()
         return web.Response(
-            body=self._outbound.unary(result),
-            content_type="application/json",
-            headers=self._commit_headers(),
+            body=answer, content_type="application/json", headers=self._commit_headers()
         )
 
     async def _serve_accumulated(self, attempt: Attempt) -> web.StreamResponse:
         """Non-streaming client, streaming-only upstream: accumulate, answer once."""
-        acc = await self._pump(attempt, deliver=False)
+        acc = (await self._pump(attempt, deliver=False)).acc
         completion = self._outbound.completion(
             acc,
             id=acc.id or "chatcmpl-" + self.request_id,
@@ -243,6 +244,8 @@ class StreamActor:
             created=acc.created,
         )
         self.usage = acc.usage
+        if self._outbound.settle is not None:
+            await self._outbound.settle()
         return web.Response(
             body=completion,
             content_type="application/json",
@@ -253,7 +256,7 @@ class StreamActor:
 
     async def _serve_stream(self, attempt: Attempt) -> web.StreamResponse:
         try:
-            acc = await self._pump(attempt, deliver=True)
+            pipeline = await self._pump(attempt, deliver=True)
         except UpstreamError as err:
             if not self.committed:
                 raise
@@ -267,14 +270,16 @@ class StreamActor:
             _uncancel()
             shutdown = NoUpstreamAvailable(self._shutdown_reason, code="server_shutting_down")
             return await self.client.end(self._outbound.error(shutdown))
-        self.usage = acc.usage
-        return await self.client.end(self._outbound.end(acc, self._usage_raw))
+        self.usage = pipeline.acc.usage
+        tail = self._outbound.end(pipeline.acc, pipeline.usage_raw)
+        if self._outbound.settle is not None:
+            await self._outbound.settle()  # before the client can see the end (and act on it)
+        return await self.client.end(tail)
 
-    async def _pump(self, attempt: Attempt, *, deliver: bool) -> StreamAccumulator:
+    async def _pump(self, attempt: Attempt, *, deliver: bool) -> ChunkPipeline:
         """Run one upstream stream to its end; with `deliver`, write it to the client."""
         call = self._call(attempt, stream=True)
         timeouts = attempt.provider.timeouts
-        self._usage_raw = None
         self.client.pending = []
         self.client.headers = self._commit_headers()
         self._outbound.start_attempt(call.native is not None)
@@ -295,24 +300,26 @@ class StreamActor:
         translator = attempt.adapter.translator(call)
         if self._emulation is not None:
             translator = EmulatedToolCalls(translator, self._emulation, self.request_id)
+        pipeline = ChunkPipeline(translator, acc, self._outbound)
         try:
-            await self._read_loop(body, decoder, translator, acc, deadlines, deliver)
+            await self._read_loop(body, decoder, pipeline, deadlines, deliver)
         except BaseException:
             body.abort()
             raise
         body.release()
-        return acc
+        return pipeline
 
     async def _read_loop(
         self,
         body: UpstreamBody,
         decoder: Any,
-        translator: StreamTranslator,
-        acc: StreamAccumulator,
+        pipeline: ChunkPipeline,
         deadlines: Deadlines,
         deliver: bool,
     ) -> None:
         loop = self._loop
+        acc, translator = pipeline.acc, pipeline.translator
+        spill = self.client if deliver else None
         while True:
             try:
                 async with asyncio.timeout_at(deadlines.next_wake(self.committed)):
@@ -321,9 +328,7 @@ class StreamActor:
                         deadlines.last_upstream = loop.time()
                         deadlines.got_bytes = True
                         if not data:
-                            out = self._translate(
-                                decoder.close(), translator, acc, deliver, closing=True
-                            )
+                            out = pipeline.run(decoder.close(), spill, closing=True)
                             if not translator.done and (
                                 not acc.choices or acc.unfinished_choices()
                             ):
@@ -333,55 +338,11 @@ class StreamActor:
                             if deliver:
                                 self.client.pending.extend(out)  # leaves with the tail
                             return
-                        out = self._translate(decoder.feed(data), translator, acc, deliver)
+                        out = pipeline.run(decoder.feed(data), spill)
                         if deliver and out:
                             await self.client.deliver(out, acc.output_seen)
             except TimeoutError:
                 await self._on_wake(deadlines)
-
-    def _translate(
-        self,
-        frames: list[Any],
-        translator: StreamTranslator,
-        acc: StreamAccumulator,
-        deliver: bool,
-        closing: bool = False,
-    ) -> list[bytes]:
-        """Frames through the translator and accumulator; with `closing` (the upstream's
-        EOF) the translator's own `close()` items follow the last frames (a stream without
-        an end marker, like Gemini's, finishes there)."""
-        out: list[bytes] = []
-        outbound = self._outbound
-        try:
-            if outbound.passthrough:
-                discard: list[bytes] = []
-                for frame in frames:
-                    out.append(outbound.frame(frame))
-                    self._add(translator.feed(frame), acc, discard)
-                if closing:
-                    self._add(translator.close(), acc, discard)
-                return out
-            for frame in frames:
-                self._add(translator.feed(frame), acc, out)
-            if closing:
-                self._add(translator.close(), acc, out)
-        except UpstreamError:
-            if deliver:
-                # what came before the failure in this read still reaches a committed
-                # client, ahead of the error event (ClientStream.end sends pending first)
-                self.client.pending.extend(out)
-            raise
-        return out
-
-    def _add(self, items: list[Translated], acc: StreamAccumulator, out: list[bytes]) -> None:
-        outbound = self._outbound
-        for item in items:
-            chunk = acc.add(item.chunk)
-            if chunk is None:
-                if acc.usage_chunk is item.chunk:
-                    self._usage_raw = item.raw
-                continue
-            out.append(outbound.chunk(chunk, item.raw if chunk is item.chunk else None))
 
     # --- deadlines -------------------------------------------------------------------------
 

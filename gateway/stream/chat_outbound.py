@@ -6,6 +6,7 @@ upstream's own bytes; anything the gateway built or corrected is encoded here.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.errors import GatewayError
@@ -28,6 +29,7 @@ class ChatOutbound:
 
     keepalive = KEEPALIVE
     passthrough = False
+    settle: Callable[[], Awaitable[None]] | None = None  # nothing to settle
 
     __slots__ = ("include_usage",)
 

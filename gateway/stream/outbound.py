@@ -11,6 +11,7 @@ it, and the chunks (still made, for usage, identity and the commit point) are no
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from gateway.errors import GatewayError
@@ -22,6 +23,10 @@ from gateway.wire.openai_chat import ChatChunk
 class Outbound(Protocol):
     keepalive: bytes  # written while a committed stream's upstream is silent
     passthrough: bool  # set by `start_attempt`: upstream frames go out as they came
+    # Awaited once the answer is complete and before its last bytes leave (after `end()`,
+    # `completion()` or `unary()`), so that what the answer lets a client do next works at
+    # once: a stored response that a next request names. None: nothing to do.
+    settle: Callable[[], Awaitable[None]] | None
 
     def start_attempt(self, native: bool) -> None:
         """A new upstream attempt begins (nothing of a failed one reached the client);

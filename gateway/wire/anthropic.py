@@ -18,6 +18,8 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
+from gateway.wire.openai_chat import Tool
+
 ANTHROPIC_VERSION = "2023-06-01"
 
 # --- request ---------------------------------------------------------------------------------
@@ -25,6 +27,7 @@ ANTHROPIC_VERSION = "2023-06-01"
 
 class TextBlock(Struct, tag="text", tag_field="type", gc=False):
     text: str
+    cache_control: dict[str, Any] | UnsetType = UNSET
 
 
 class ImageSource(Struct, gc=False):
@@ -36,6 +39,7 @@ class ImageSource(Struct, gc=False):
 
 class ImageBlock(Struct, tag="image", tag_field="type", gc=False):
     source: ImageSource
+    cache_control: dict[str, Any] | UnsetType = UNSET
 
 
 class ToolUseBlock(Struct, tag="tool_use", tag_field="type", gc=False):
@@ -61,6 +65,7 @@ class ToolParam(Struct, gc=False):
     name: str
     input_schema: dict[str, Any]
     description: str | UnsetType = UNSET
+    cache_control: dict[str, Any] | UnsetType = UNSET
 
 
 class ToolChoice(Struct, gc=False):
@@ -93,6 +98,67 @@ class MessagesRequest(Struct, gc=False):
     stop_sequences: list[str] | UnsetType = UNSET
     thinking: Thinking | UnsetType = UNSET
     metadata: Metadata | UnsetType = UNSET
+
+
+# --- inbound: what a client sends to the gateway's own /v1/messages ------------------------
+
+
+class InboundMessage(Struct, gc=False):
+    """One turn; the blocks stay dicts so the translator can name the path of a bad one."""
+
+    role: str
+    content: str | list[dict[str, Any]]
+
+
+class InboundRequest(Struct, gc=False):
+    """The body of a client's `POST /v1/messages` (or `/count_tokens`), typed where the
+    gateway reads it; unknown top-level fields are ignored (docs/api-messages.md)."""
+
+    model: str
+    messages: list[InboundMessage]
+    max_tokens: int | UnsetType | None = UNSET  # required for /v1/messages: checked by hand
+    system: str | list[dict[str, Any]] | UnsetType | None = UNSET
+    stop_sequences: list[str] | UnsetType | None = UNSET
+    stream: bool | UnsetType | None = UNSET
+    temperature: float | UnsetType | None = UNSET
+    top_p: float | UnsetType | None = UNSET
+    top_k: int | UnsetType | None = UNSET
+    tools: list[dict[str, Any]] | UnsetType | None = UNSET
+    tool_choice: dict[str, Any] | UnsetType | None = UNSET
+    thinking: dict[str, Any] | UnsetType | None = UNSET
+    metadata: dict[str, Any] | UnsetType | None = UNSET
+    mcp_servers: list[Any] | UnsetType | None = UNSET
+    container: Any = UNSET
+
+
+class CacheControlledTool(Tool, gc=False):
+    """A canonical function tool that carries an Anthropic client's `cache_control`, which
+    only the Anthropic adapter reads (the OpenAI-compatible body never holds it)."""
+
+    cache_control: dict[str, Any] | UnsetType = UNSET
+
+
+class OutUsage(Struct, gc=False):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int | UnsetType = UNSET
+
+
+class OutMessage(Struct, gc=False):
+    """The `message` object the gateway answers with (and the skeleton of `message_start`)."""
+
+    id: str
+    model: str
+    content: list[dict[str, Any]]
+    usage: OutUsage
+    stop_reason: str | None = None
+    stop_sequence: str | None = None
+    type: str = "message"
+    role: str = "assistant"
+
+
+class MessageStart(Struct, tag="message_start", tag_field="type", gc=False):
+    message: OutMessage
 
 
 # --- upstream: usage, content, message, stream events, errors -----------------------------------
@@ -171,14 +237,20 @@ __all__ = [
     "AnthropicMessage",
     "AnthropicUsage",
     "Block",
+    "CacheControlledTool",
     "ContentBlock",
     "ErrorBody",
     "ErrorInfo",
     "ImageBlock",
     "ImageSource",
+    "InboundMessage",
+    "InboundRequest",
     "MessageParam",
+    "MessageStart",
     "MessagesRequest",
     "Metadata",
+    "OutMessage",
+    "OutUsage",
     "StreamDelta",
     "StreamEvent",
     "TextBlock",

@@ -12,6 +12,10 @@ The upstream model name picks the scenario (`"model": "claude/<scenario>"` at th
   error-after     text first, then `event: error`
   fail-529 / fail-429 / fail-400   an HTTP error with an Anthropic error body
 
+`POST /v1/messages/count_tokens` answers `{"input_tokens": count_of(body)}` (a stand-in
+count that changes with the messages, so a test can tell it was forwarded); a
+`fail-<status>` model gets that error there too.
+
 A key starting with `sk-bad` gets a 401. Every request is recorded (headers and JSON body).
 It runs on its own thread and loop so that tests can use synchronous clients.
 """
@@ -48,6 +52,10 @@ def event(name: str, data: dict[str, Any]) -> bytes:
 def error_body(status: int, message: str) -> dict[str, Any]:
     kind = ERROR_KINDS.get(status, "api_error")
     return {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_1"}
+
+
+def count_of(body: dict[str, Any]) -> int:
+    return 3 + len(json.dumps(body.get("messages"))) // 4
 
 
 class Recorded:
@@ -147,6 +155,16 @@ class FakeAnthropic(ThreadedUpstream):
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append(Recorded(dict(request.headers), body))
+        model = body.get("model", "")
+        if model.startswith("fail-"):
+            status = int(model.removeprefix("fail-"))
+            return web.json_response(error_body(status, f"scenario {model}"), status=status)
+        return web.json_response({"input_tokens": count_of(body)})
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
