@@ -98,6 +98,7 @@ def _check_server(config: Config) -> Iterator[Problem]:
     yield from _durations(server, ("server",))
     yield from _at_least(routing.max_attempts, 1, ("routing", "max_attempts"))
     yield from _durations(routing, ("routing",))
+    yield from _durations(config.store, ("store",))
 
 
 def store_url_ok(url: str) -> bool:

@@ -212,6 +212,7 @@ SEMANTIC = [
     ("server: {shutdown_grace_s: .nan}", "server.shutdown_grace_s: must be > 0"),
     ("routing: {max_attempts: 0}", "routing.max_attempts: must be >= 1"),
     ("routing: {cooldown_s: -1}", "routing.cooldown_s: must be > 0"),
+    ("store: {responses_ttl_s: 0}", "store.responses_ttl_s: must be > 0"),
     (
         "store: {url: 'postgres://db/x'}",
         "store.url: expected memory://, sqlite:///PATH, redis://HOST:PORT/DB or "

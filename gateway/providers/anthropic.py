@@ -309,6 +309,7 @@ class AnthropicAdapter:
     framing = "sse"
     native_unary = True
     needs_access_token = False
+    native_apis: frozenset[str] = frozenset({"messages"})  # an Anthropic Messages client is forwarded as is
 
     def __init__(self, provider: ProviderConfig) -> None:
         self._url = effective_base_url(provider) + "/v1/messages"

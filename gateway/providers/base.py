@@ -20,10 +20,12 @@ from gateway.wire.openai_chat import ChatChunk, ChatRequest, Usage
 
 class NativeRequest(msgspec.Struct, frozen=True):
     """The client's request in its own API, for an upstream that speaks that API too (a
-    Responses client in front of an `api: responses` target): forwarded, not translated."""
+    Responses client in front of an `api: responses` target, a Messages client in front of
+    Anthropic): forwarded, not translated."""
 
-    api: str  # "responses"
+    api: str  # "responses" | "messages"
     body: dict[str, Any]
+    headers: dict[str, str] = {}  # client headers that belong to that API (anthropic-beta)
 
 
 class UpstreamCall(msgspec.Struct, kw_only=True):
@@ -86,6 +88,9 @@ class ProviderAdapter(Protocol):
     framing: str  # "sse" | "ndjson" | "aws-eventstream": which decoder reads the body
     native_unary: bool  # True: non-streaming requests go upstream non-streaming
     needs_access_token: bool  # True: the actor fetches an OAuth token for the key first
+    # Client APIs whose requests this adapter forwards as they are (`UpstreamCall.native`),
+    # besides the target's own `api` (an `api: responses` target takes Responses clients)
+    native_apis: frozenset[str]
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest: ...
 

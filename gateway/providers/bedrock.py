@@ -324,6 +324,7 @@ class BedrockAdapter:
     framing = "aws-eventstream"
     native_unary = True
     needs_access_token = False
+    native_apis: frozenset[str] = frozenset()
 
     def __init__(self, provider: ProviderConfig) -> None:
         self._base = effective_base_url(provider)

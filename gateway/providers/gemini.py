@@ -269,6 +269,7 @@ class GeminiAdapter:
     framing = "sse"
     native_unary = True
     needs_access_token = False
+    native_apis: frozenset[str] = frozenset()
 
     def __init__(self, provider: ProviderConfig) -> None:
         self._base = effective_base_url(provider) + "/v1beta/models/"

@@ -135,6 +135,7 @@ class MockAdapter:
     framing = "sse"
     native_unary = False
     needs_access_token = False
+    native_apis: frozenset[str] = frozenset()
 
     def __init__(self, provider: ProviderConfig) -> None:
         self._options = provider.mock or MockOptions()

@@ -211,6 +211,7 @@ class OllamaAdapter:
     framing = "ndjson"
     native_unary = True
     needs_access_token = False
+    native_apis: frozenset[str] = frozenset()
 
     def __init__(self, provider: ProviderConfig) -> None:
         self._url = effective_base_url(provider) + "/api/chat"

@@ -111,6 +111,7 @@ class OpenAIAdapter:
     framing = "sse"
     native_unary = True
     needs_access_token = False
+    native_apis: frozenset[str] = frozenset()
 
     def __init__(self, provider: ProviderConfig) -> None:
         base = effective_base_url(provider)

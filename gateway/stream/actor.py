@@ -156,7 +156,7 @@ class StreamActor:
             created=self.created,
             access_token=self._access_token,
             api=attempt.api,
-            native=native if native is not None and native.api == attempt.api else None,
+            native=native if native is not None and _speaks(attempt, native.api) else None,
         )
 
     async def _token_for(self, attempt: Attempt) -> str | None:
@@ -370,6 +370,11 @@ class StreamActor:
             headers["x-gateway-model"] = self.attempt.model
         headers["x-gateway-attempts"] = str(self.attempts)
         return headers
+
+
+def _speaks(attempt: Attempt, api: str) -> bool:
+    """Whether this attempt's upstream takes requests of the client's `api` as they are."""
+    return api == attempt.api or api in attempt.adapter.native_apis
 
 
 def _uncancel() -> None:

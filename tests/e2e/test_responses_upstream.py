@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -255,3 +256,31 @@ def test_azure_v1_path(oai: openai.OpenAI, fake: FakeResponses) -> None:
     assert sent.query == {}
     assert sent.headers["api-key"] == AZ_KEY
     assert "Authorization" not in sent.headers
+
+
+def test_anthropic_messages_client_through_a_responses_target(gw: Gateway) -> None:
+    """Another inbound API over the same target: the Messages client gets the exact calls
+    (argument deltas interleaved upstream, routed by item_id) as tool_use blocks."""
+    import anthropic
+
+    tools: list[Any] = [
+        {"name": name, "input_schema": {"type": "object", "properties": {}}}
+        for name in EXPECTED_ARGS
+    ]
+    with anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0) as client:
+        with client.messages.stream(
+            model="parallel-2", max_tokens=200, messages=HI, tools=tools
+        ) as stream:
+            message = stream.get_final_message()
+        uses = [b for b in message.content if b.type == "tool_use"]
+        assert [(u.id, u.name, u.input) for u in uses] == [
+            (call_id(name), name, EXPECTED_ARGS[name]) for name in PARALLEL
+        ]
+        assert message.stop_reason == "tool_use"
+        assert message.usage.output_tokens == USAGE["output_tokens"]
+        with client.messages.stream(
+            model="text-then-call", max_tokens=200, messages=HI, tools=tools
+        ) as stream:
+            message = stream.get_final_message()
+        assert [b.type for b in message.content] == ["text", "tool_use"]
+        assert message.content[0].text == TEXT  # type: ignore[union-attr]
