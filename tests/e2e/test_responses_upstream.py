@@ -261,8 +261,6 @@ def test_azure_v1_path(oai: openai.OpenAI, fake: FakeResponses) -> None:
 def test_anthropic_messages_client_through_a_responses_target(gw: Gateway) -> None:
     """Another inbound API over the same target: the Messages client gets the exact calls
     (argument deltas interleaved upstream, routed by item_id) as tool_use blocks."""
-    import anthropic
-
     tools: list[Any] = [
         {"name": name, "input_schema": {"type": "object", "properties": {}}}
         for name in EXPECTED_ARGS
