@@ -24,6 +24,7 @@ from gateway.providers.base import Translated
 from gateway.providers.openai import ChatStreamTranslator
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
+from gateway.stream.pipeline import ChunkPipeline
 from gateway.wire.openai_chat import UNSET, ChatChunk, chunk_decoder
 from tests.fixtures import FIXTURES
 
@@ -100,41 +101,30 @@ def test_translate_openai(benchmark: Any, per_event: PerEvent) -> None:
 
 class Pipeline:
     """The actor's per-read work without the IO: `feed` is one upstream read through
-    SSEDecoder.feed -> ChatStreamTranslator.feed -> StreamAccumulator.add ->
-    ChatOutbound.chunk, then the b"".join that `_deliver` writes; `finish` is the end of the
-    body (decoder.close, the same translation, ChatOutbound.end)."""
+    SSEDecoder.feed and the actor's own ChunkPipeline (ChatStreamTranslator.feed ->
+    StreamAccumulator.add -> ChatOutbound.chunk), then the b"".join that the client write
+    takes; `finish` is the end of the body (decoder.close, the same path, ChatOutbound.end)."""
 
-    __slots__ = ("acc", "decoder", "outbound", "translator", "usage_raw")
+    __slots__ = ("chunks", "decoder")
 
     def __init__(self) -> None:
         self.decoder = SSEDecoder()
-        self.translator = ChatStreamTranslator()
-        self.acc = StreamAccumulator(single_choice=True, id_seed="bench")
-        self.outbound = ChatOutbound(False)
-        self.usage_raw: bytes | None = None
+        self.chunks = ChunkPipeline(
+            ChatStreamTranslator(),
+            StreamAccumulator(single_choice=True, id_seed="bench"),
+            ChatOutbound(False),
+        )
 
-    def _translate(self, frames: list[SSEEvent]) -> list[bytes]:
-        # Mirrors gateway/stream/actor.py StreamActor._translate.
-        out: list[bytes] = []
-        outbound = self.outbound
-        acc = self.acc
-        for frame in frames:
-            item: Translated
-            for item in self.translator.feed(frame):
-                chunk = acc.add(item.chunk)
-                if chunk is None:
-                    if acc.usage_chunk is item.chunk:
-                        self.usage_raw = item.raw
-                    continue
-                out.append(outbound.chunk(chunk, item.raw if chunk is item.chunk else None))
-        return out
+    @property
+    def acc(self) -> StreamAccumulator:
+        return self.chunks.acc
 
     def feed(self, data: bytes) -> bytes:
-        return b"".join(self._translate(self.decoder.feed(data)))
+        return b"".join(self.chunks.run(self.decoder.feed(data), None))
 
     def finish(self) -> bytes:
-        out = self._translate(self.decoder.close())
-        return b"".join(out) + self.outbound.end(self.acc, self.usage_raw)
+        out = self.chunks.run(self.decoder.close(), None, closing=True)
+        return b"".join(out) + self.chunks.outbound.end(self.acc, self.chunks.usage_raw)
 
 
 def run_pipeline(reads: list[bytes]) -> tuple[Pipeline, list[bytes]]:
