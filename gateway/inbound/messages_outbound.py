@@ -10,6 +10,12 @@ Sans-IO: chunks in, bytes out. The rules Anthropic clients depend on:
   upstream may still send its arguments), so with parallel calls the first streams live
   and the others leave whole at the finish;
 - a tool call's block starts once its name is known (some servers send the name late).
+
+Native attempts (`start_attempt(native=True)`: the upstream is Anthropic itself) pass every
+upstream event through as it came (`messages_native.py`): the client then sees the
+upstream's own message id, model id, thinking signatures and server-tool blocks, and the
+gateway adds nothing but an `event: error` when the stream fails and the upstream did not
+say so itself.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from typing import Any
 
 import msgspec
 
-from gateway.errors import GatewayError, UpstreamProtocolError
+from gateway.errors import GatewayError, InternalError, UpstreamProtocolError
+from gateway.framing.sse import SSEEvent
+from gateway.inbound.messages_native import NativeEvents
 from gateway.providers.base import UnaryResult
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.anthropic import MessageStart, OutMessage, OutUsage, encoder
@@ -114,23 +122,27 @@ class MessagesOutbound:
     """One Messages stream (or answer); `model` is the name the client asked for."""
 
     keepalive = KEEPALIVE
-    passthrough = False
     settle: Callable[[], Awaitable[None]] | None = None  # nothing to settle
 
     def __init__(self, *, message_id: str, model: str) -> None:
         self.message_id = message_id
         self.model = model
+        self.passthrough = False
+        self._native = NativeEvents()
         self.start_attempt(False)
 
     def start_attempt(self, native: bool) -> None:
+        self.passthrough = native
+        self._native.reset()
         self._started = False
         self._next_index = 0
         self._queue: list[_Block] = []  # unstopped blocks, in start order; [0] may be open
         self._tools: dict[int, _Block] = {}
         self._finish: str | None = None
 
-    def frame(self, frame: Any) -> bytes:
-        raise AssertionError("Messages streams are never passed through frame by frame")
+    def frame(self, frame: SSEEvent) -> bytes:
+        """One upstream event of a native attempt, as the upstream sent it."""
+        return self._native.forward(frame)
 
     # --- streaming -----------------------------------------------------------------------
 
@@ -156,6 +168,8 @@ class MessagesOutbound:
         return b"".join(out)
 
     def end(self, acc: StreamAccumulator, usage_raw: bytes | None) -> bytes:
+        if self.passthrough:
+            return b""  # the upstream's own message_delta and message_stop went out
         out: list[bytes] = []
         if not self._started:
             out.append(self._message_start())
@@ -179,6 +193,8 @@ class MessagesOutbound:
         return b"".join(out)
 
     def error(self, err: GatewayError) -> bytes:
+        if self.passthrough and self._native.error_sent:
+            return b""  # the upstream's own `event: error` is already the stream's last word
         return _event(b"error", error_json(err))
 
     def _message_start(self) -> bytes:
@@ -276,11 +292,17 @@ class MessagesOutbound:
     # --- one whole message -------------------------------------------------------------
 
     def completion(self, acc: StreamAccumulator, *, id: str, model: str, created: int) -> bytes:
+        if self.passthrough:
+            # Anthropic answers non-streaming requests itself (`unary`), and a native request
+            # is never sent with tool emulation, which is what streams for a unary client
+            raise InternalError("a native Messages attempt was accumulated from a stream")
         choice = acc.choices.get(0)
         finish = choice.finish_reason if choice is not None else None
         return self._message(acc.message(0), finish, acc.usage)
 
     def unary(self, result: UnaryResult) -> bytes:
+        if result.api == "messages":
+            return result.body  # the upstream's own message, as it wrote it
         if result.api != "chat":
             raise AssertionError(f"a Messages request got a {result.api!r} answer")
         try:

@@ -12,6 +12,11 @@ into canonical chat chunks (streams) or one `chat.completion` (non-streaming):
 - Usage is `message_start` input (+ cache read and creation) and the cumulative
   `message_delta` output; one finish chunk and one usage chunk leave at `message_stop`.
 - The data JSON is authoritative (some recordings have no `event:` lines).
+
+Native mode (`call.native`: an Anthropic Messages client): the client's own body goes
+upstream with only `model` and `stream` set, plus its `anthropic-beta` header; the
+translator still reads the stream (usage, tool-call identity, the commit point), and a
+non-streaming answer is handed on as the upstream's bytes.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ FINISH_REASONS = {
     "refusal": "content_filter",
 }
 _TOOL, _ANSWER = 0, 1  # what a content block is, for the deltas that follow it
+BETA_HEADER = "anthropic-beta"  # the one client header a native request carries upstream
 
 
 def finish_reason(stop_reason: str | None, made_calls: bool) -> str:
@@ -293,6 +299,20 @@ def completion_from_message(call: UpstreamCall, body: bytes) -> tuple[ChatComple
     return completion, usage
 
 
+def native_unary_result(call: UpstreamCall, body: bytes) -> UnaryResult:
+    """A non-streaming answer for a Messages client: the upstream's bytes as they are, read
+    only for usage and the model id."""
+    try:
+        message = message_decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise UpstreamProtocolError(f"upstream sent a malformed message: {exc}") from None
+    counter = UsageCounter()
+    counter.update(message.usage)
+    return UnaryResult(
+        body=body, usage=counter.usage(), model=message.model or call.model, api="messages"
+    )
+
+
 def error_from_body(status: int, body: bytes) -> UpstreamError:
     """Map an Anthropic error body; anything else keeps a short excerpt of the body."""
     try:
@@ -309,7 +329,8 @@ class AnthropicAdapter:
     framing = "sse"
     native_unary = True
     needs_access_token = False
-    native_apis: frozenset[str] = frozenset({"messages"})  # an Anthropic Messages client is forwarded as is
+    # an Anthropic Messages client's request is forwarded as is (see the module docstring)
+    native_apis: frozenset[str] = frozenset({"messages"})
 
     def __init__(self, provider: ProviderConfig) -> None:
         self._url = effective_base_url(provider) + "/v1/messages"
@@ -320,15 +341,29 @@ class AnthropicAdapter:
             headers["accept"] = "text/event-stream"
         if call.key is not None and call.key.key:
             headers["x-api-key"] = call.key.key.reveal()
-        body = anthropic_encoder.encode(build_messages_request(call))
-        return UpstreamRequest(url=self._url, headers=headers, body=body)
-
-    def translator(self, call: UpstreamCall) -> AnthropicStreamTranslator:
-        return AnthropicStreamTranslator(
-            model=call.model, created=call.created, answer_tool=answer_tool(call.request)
+        native = call.native
+        if native is None:
+            body = anthropic_encoder.encode(build_messages_request(call))
+            return UpstreamRequest(url=self._url, headers=headers, body=body)
+        beta = native.headers.get(BETA_HEADER)
+        if beta is not None:
+            headers[BETA_HEADER] = beta
+        # the client's request as it sent it: fields this gateway has never heard of included
+        forwarded = dict(native.body)
+        forwarded["model"] = call.model
+        forwarded["stream"] = call.stream
+        return UpstreamRequest(
+            url=self._url, headers=headers, body=anthropic_encoder.encode(forwarded)
         )
 
+    def translator(self, call: UpstreamCall) -> AnthropicStreamTranslator:
+        # a native request never carries the gateway's structured-answer tool
+        forced = answer_tool(call.request) if call.native is None else None
+        return AnthropicStreamTranslator(model=call.model, created=call.created, answer_tool=forced)
+
     def unary_result(self, call: UpstreamCall, body: bytes) -> UnaryResult:
+        if call.native is not None:
+            return native_unary_result(call, body)
         completion, usage = completion_from_message(call, body)
         return UnaryResult(body=encoder.encode(completion), usage=usage, model=completion.model)
 

@@ -155,8 +155,11 @@ TEXT_THEN_CALL = {
 def test_stream_text(gw: Gateway, model: str, text: str) -> None:
     message = streamed(gw, model)
     assert blocks(message) == [("text", text)]
-    assert message.model == model
-    assert message.id == f"msg_{RID}"
+    if model == "sonnet":  # Anthropic itself: its own events pass through (native)
+        assert (message.id, message.model) == ("msg_fake", "claude-fake-1")
+    else:
+        assert message.model == model
+        assert message.id == f"msg_{RID}"
     assert message.stop_reason == "end_turn"
     assert message.stop_sequence is None
     assert message.usage.output_tokens > 0
@@ -195,7 +198,8 @@ def test_create_without_streaming(gw: Gateway, model: str, expected: list[Any]) 
             extra_headers={"x-request-id": RID},
         )
     assert blocks(message) == expected
-    assert message.model == model
+    # an Anthropic upstream's own message is passed through (native), model id included
+    assert message.model == ("claude-fake-1" if model.startswith("claude/") else model)
     assert message.stop_reason == ("end_turn" if model == "up/text" else "tool_use")
 
 

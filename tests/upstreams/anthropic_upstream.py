@@ -8,6 +8,8 @@ The upstream model name picks the scenario (`"model": "claude/<scenario>"` at th
   tools-only      the two tool_use blocks of two-tools and no text (block indexes 0 and 1)
   no-args         a text block, then a tool_use whose only partial_json is ""
   server-tool     a server_tool_use block (not a client call), then text
+  thinking-tool   a thinking block (thinking_delta, then signature_delta), then a tool_use
+                  (the shape of a thinking model's tool turn); non-streaming too
   error-before    `event: error` (overloaded_error) as the first event of a 200 stream
   error-after     text first, then `event: error`
   fail-529 / fail-429 / fail-400   an HTTP error with an Anthropic error body
@@ -16,7 +18,8 @@ The upstream model name picks the scenario (`"model": "claude/<scenario>"` at th
 count that changes with the messages, so a test can tell it was forwarded); a
 `fail-<status>` model gets that error there too.
 
-A key starting with `sk-bad` gets a 401. Every request is recorded (headers and JSON body).
+A key starting with `sk-bad` gets a 401. Every request is recorded (headers, JSON body and
+the body's bytes).
 It runs on its own thread and loop so that tests can use synchronous clients.
 """
 
@@ -37,6 +40,8 @@ TOOL_ARGS = [
 ]
 USAGE_IN = {"input_tokens": 40, "cache_read_input_tokens": 8, "cache_creation_input_tokens": 2}
 OUTPUT_TOKENS = 21
+THINKING_PIECES = ["The user wants ", "the weather."]
+SIGNATURE = "EqQBCkgIARABGAIiQL2fake+signature/of=the+thinking"
 ERROR_KINDS = {
     529: "overloaded_error",
     429: "rate_limit_error",
@@ -59,9 +64,10 @@ def count_of(body: dict[str, Any]) -> int:
 
 
 class Recorded:
-    def __init__(self, headers: dict[str, str], body: dict[str, Any]) -> None:
+    def __init__(self, headers: dict[str, str], body: dict[str, Any], raw: bytes = b"") -> None:
         self.headers = headers
         self.body = body
+        self.raw = raw
 
 
 class Stream:
@@ -114,6 +120,13 @@ class Stream:
         deltas = [{"type": "input_json_delta", "partial_json": p} for p in ["", *pieces]]
         return self.block({"type": kind, "id": tool_id, "name": name, "input": {}}, deltas)
 
+    def thinking(self) -> Stream:
+        deltas: list[dict[str, Any]] = [
+            {"type": "thinking_delta", "thinking": p} for p in THINKING_PIECES
+        ]
+        deltas.append({"type": "signature_delta", "signature": SIGNATURE})
+        return self.block({"type": "thinking", "thinking": "", "signature": ""}, deltas)
+
     def end(self, stop_reason: str) -> list[bytes]:
         self.events.append(
             event(
@@ -139,6 +152,10 @@ def scenario_events(scenario: str, model: str) -> list[bytes]:
         return s.end("tool_use")
     if scenario == "no-args":
         return s.text().tool("tool_use", "toolu_noargs", "now", "").end("tool_use")
+    if scenario == "thinking-tool":
+        name, args = TOOL_ARGS[0]
+        s.thinking().tool("tool_use", "toolu_think_0", name, json.dumps(args))
+        return s.end("tool_use")
     if scenario == "server-tool":
         s.tool("server_tool_use", "srvtoolu_1", "web_search", '{"query": "x"}')
         return s.text().end("end_turn")
@@ -167,8 +184,9 @@ class FakeAnthropic(ThreadedUpstream):
         return web.json_response({"input_tokens": count_of(body)})
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        self.requests.append(Recorded(dict(request.headers), body))
+        raw = await request.read()
+        body = json.loads(raw)
+        self.requests.append(Recorded(dict(request.headers), body, raw))
         scenario = body.get("model", "text")
         if request.headers.get("x-api-key", "").startswith("sk-bad"):
             return web.json_response(error_body(401, "invalid x-api-key"), status=401)
@@ -200,6 +218,14 @@ class FakeAnthropic(ThreadedUpstream):
     def _message(self, scenario: str) -> dict[str, Any]:
         content: list[dict[str, Any]] = [{"type": "text", "text": "".join(TEXT_PIECES)}]
         stop = "end_turn"
+        if scenario == "thinking-tool":
+            name, args = TOOL_ARGS[0]
+            thinking = "".join(THINKING_PIECES)
+            content = [
+                {"type": "thinking", "thinking": thinking, "signature": SIGNATURE},
+                {"type": "tool_use", "id": "toolu_think_0", "name": name, "input": args},
+            ]
+            stop = "tool_use"
         if scenario == "two-tools":
             content += [
                 {"type": "tool_use", "id": f"toolu_fake_{i}", "name": name, "input": args}
