@@ -28,7 +28,7 @@ import msgspec
 from gateway.errors import GatewayError, InternalError, UpstreamProtocolError
 from gateway.framing.sse import SSEEvent
 from gateway.inbound.messages_native import NativeEvents
-from gateway.providers.base import UnaryResult
+from gateway.providers.base import UnaryResult, UpstreamCall
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.anthropic import MessageStart, OutMessage, OutUsage, encoder
 from gateway.wire.openai_chat import (
@@ -131,7 +131,7 @@ class MessagesOutbound:
         self._native = NativeEvents()
         self.start_attempt(False)
 
-    def start_attempt(self, native: bool) -> None:
+    def start_attempt(self, native: bool, call: UpstreamCall | None = None) -> None:
         self.passthrough = native
         self._native.reset()
         self._started = False

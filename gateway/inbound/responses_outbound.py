@@ -61,7 +61,7 @@ from gateway.inbound.responses_result import (
     status_of,
     upstream_response,
 )
-from gateway.providers.base import UnaryResult
+from gateway.providers.base import UnaryResult, UpstreamCall
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import ChatChunk, ResponseMessage, ToolCallDelta, Usage
 
@@ -119,7 +119,7 @@ class ResponsesOutbound:
         self._held: bytes = b""  # that event as SSE, sent as the tail
         self.finished = None
 
-    def start_attempt(self, native: bool) -> None:
+    def start_attempt(self, native: bool, call: UpstreamCall | None = None) -> None:
         self._reset()
         self.passthrough = native
 

@@ -282,7 +282,7 @@ class StreamActor:
         timeouts = attempt.provider.timeouts
         self.client.pending = []
         self.client.headers = self._commit_headers()
-        self._outbound.start_attempt(call.native is not None)
+        self._outbound.start_attempt(call.native is not None, call)
         acc = self.accumulator = StreamAccumulator(
             single_choice=not (self._request.n and self._request.n > 1),
             id_seed=self.request_id,

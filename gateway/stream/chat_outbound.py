@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway.errors import GatewayError
 from gateway.framing.sse import DONE, encode_comment
-from gateway.providers.base import UnaryResult
+from gateway.providers.base import UnaryResult, UpstreamCall
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import ChatChunk, ErrorBody, ErrorDetail, encoder
 
@@ -36,7 +36,7 @@ class ChatOutbound:
     def __init__(self, include_usage: bool) -> None:
         self.include_usage = include_usage
 
-    def start_attempt(self, native: bool) -> None:
+    def start_attempt(self, native: bool, call: UpstreamCall | None = None) -> None:
         pass  # no per-attempt state: chat upstreams are translated or forwarded chunk by chunk
 
     def frame(self, frame: Any) -> bytes:

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from gateway.errors import GatewayError
-from gateway.providers.base import UnaryResult
+from gateway.providers.base import UnaryResult, UpstreamCall
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import ChatChunk
 
@@ -28,9 +28,10 @@ class Outbound(Protocol):
     # once: a stored response that a next request names. None: nothing to do.
     settle: Callable[[], Awaitable[None]] | None
 
-    def start_attempt(self, native: bool) -> None:
+    def start_attempt(self, native: bool, call: UpstreamCall | None = None) -> None:
         """A new upstream attempt begins (nothing of a failed one reached the client);
-        `native`: its upstream speaks this inbound API and its frames pass through."""
+        `native`: its upstream speaks this inbound API and its frames pass through; `call`:
+        the attempt (provider, upstream model), for what depends on it (its price)."""
         ...
 
     def chunk(self, chunk: ChatChunk, raw: bytes | None) -> bytes:
