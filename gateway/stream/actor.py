@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -73,6 +74,7 @@ class StreamActor:
         outbound: Outbound | None = None,
         native: NativeRequest | None = None,
         tool_emulation: ToolEmulation | None = None,
+        on_answer: Callable[[StreamActor], Awaitable[None]] | None = None,
     ) -> None:
         self._http = http
         self._pool = pool
@@ -83,6 +85,10 @@ class StreamActor:
         self._body = body
         self._plan = plan
         self._emulation = tool_emulation
+        # awaited once a stream's answer is complete, before its tail is encoded and sent
+        # (accounting settles there, so the usage chunk can carry the cost and a crash after
+        # the client saw the end cannot lose the spend)
+        self._on_answer = on_answer
         self.request_id = request_id
         self._headers = headers
         self._loop = asyncio.get_running_loop()
@@ -271,6 +277,8 @@ class StreamActor:
             shutdown = NoUpstreamAvailable(self._shutdown_reason, code="server_shutting_down")
             return await self.client.end(self._outbound.error(shutdown))
         self.usage = pipeline.acc.usage
+        if self._on_answer is not None:
+            await self._on_answer(self)
         tail = self._outbound.end(pipeline.acc, pipeline.usage_raw)
         if self._outbound.settle is not None:
             await self._outbound.settle()  # before the client can see the end (and act on it)
