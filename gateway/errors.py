@@ -18,6 +18,7 @@
     │   └── UpstreamProtocolError  the upstream's bytes are not the wire format it promised
     │       └── FramingError         an SSE/NDJSON frame is malformed or over its size bound
     ├── NoUpstreamAvailable      503: every target or key is unavailable, or none was tried
+    │   └── UpstreamsRateLimited   429: every key that could serve it is resting after rate limits
     ├── StoreUnanswered          503: the store (responses, budgets) did not answer: fail closed
     └── InternalError            500: a bug of ours; logged with the request id
 
@@ -118,6 +119,8 @@ class UpstreamError(GatewayError):
         if retryable is not None:
             self.retryable = retryable
         self.upstream_status = upstream_status
+        # seconds the upstream asked us to wait (Retry-After and kin), read from its headers
+        self.retry_after_s: float | None = None
 
 
 class UpstreamTimeout(UpstreamError):
@@ -154,6 +157,15 @@ class NoUpstreamAvailable(GatewayError):
     status = 503
     type = "server_error"
     code = "no_upstream_available"
+
+
+class UpstreamsRateLimited(NoUpstreamAvailable):
+    """Nothing was tried because every key that could serve the request is cooling down
+    after a 429 or is at its own rpm/tpm: the client should back off (`Retry-After`)."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
 
 
 class StoreUnanswered(GatewayError):

@@ -156,7 +156,10 @@ STRUCTURAL = [
     ("server: {nmae: 1}", "server.nmae: unknown field"),
     ("server: [1, 2]", "server: expected mapping, got list"),
     ("servers: {}", "servers: unknown field"),
-    ("routing: {strategy: random}", "routing.strategy: must be one of weighted"),
+    (
+        "routing: {strategy: random}",
+        "routing.strategy: must be one of weighted, least_inflight, latency",
+    ),
     ("auth: {master_key: 1234}", "auth.master_key: expected str, got int"),
     ("providers: {name: x}", "providers: expected list, got mapping"),
     ("providers: [{name: x}]", "providers[0].kind: missing required field"),

@@ -1,51 +1,68 @@
 """Which upstream attempts a request gets, in order: model -> targets -> keys.
 
 A model name is a configured model, or `<provider>/<model>` for any configured provider.
-Targets are tried by priority (lowest first); targets of one priority, and the keys of one
-provider, are ordered by a weighted random draw, so load spreads by weight and a failure
-moves on to the rest. Key health, cooldowns and rpm windows arrive with the balancer.
+Targets are tried by priority (lowest first). Within one priority the targets, and within one
+target the provider's keys, are ordered by `routing.strategy` (balancer.py) among those whose
+`KeyHealth` lets them be tried now: every key of a target comes before the next target, every
+target of a priority before the next priority. A plan with nothing healthy in it is a 503 (a
+429 when only rate limits stand in the way) with `Retry-After`.
+
+The router owns one `KeyHealth` per configured key (keyless providers: one for the
+endpoint), the routing metrics, and the transition events that log and share key health.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
-from collections.abc import Sequence
-from typing import TypeVar
+import time
 
 import msgspec
 
 from gateway.config import Config, ProviderConfig, ProviderKey, Target
 from gateway.errors import UnknownModel
+from gateway.observability.metrics import GatewayMetrics
 from gateway.providers.base import ProviderAdapter
+from gateway.routing.balancer import (
+    key_score,
+    strategy_order,
+    unavailable,
+    weighted_order,
+)
+from gateway.routing.events import HealthEvents
+from gateway.routing.health import HealthPolicy, KeyHealth
 from gateway.wire.openai_chat import ModelCard, ModelList
 
-T = TypeVar("T")
+__all__ = ["Attempt", "KeySlot", "Router", "fingerprint", "weighted_order"]
 
 
 class Attempt(msgspec.Struct, frozen=True, kw_only=True):
-    """One upstream try: a provider, one of its keys, and the upstream model id."""
+    """One upstream try: a provider, one of its keys (and that key's health), the upstream
+    model id."""
 
     provider: ProviderConfig
     adapter: ProviderAdapter
     key: ProviderKey | None
     model: str
+    health: KeyHealth
+    metrics: GatewayMetrics
     api: str = "chat"
 
 
-def weighted_order(items: Sequence[T], weights: Sequence[int], rng: random.Random) -> list[T]:
-    """`items` in a random order where each next item is drawn with probability ~ its weight."""
-    pool = list(zip(items, weights, strict=True))
-    out: list[T] = []
-    while pool:
-        total = sum(w for _, w in pool)
-        pick = rng.random() * total
-        for i, (item, weight) in enumerate(pool):
-            pick -= weight
-            if pick < 0 or i == len(pool) - 1:
-                out.append(item)
-                del pool[i]
-                break
-    return out
+class KeySlot(msgspec.Struct, frozen=True):
+    key: ProviderKey | None
+    health: KeyHealth
+    weight: int
+
+
+def fingerprint(key: ProviderKey | None, length: int = 8) -> str:
+    """The first hex digits of the sha256 of the key's credential: names a key without
+    showing it. `-` for a provider without keys."""
+    if key is None:
+        return "-"
+    secret = key.key or key.aws_access_key_id
+    material = secret.reveal() if secret else (key.credentials_file or "")
+    return hashlib.sha256(material.encode()).hexdigest()[:length]
 
 
 class Router:
@@ -54,14 +71,46 @@ class Router:
         config: Config,
         adapters: dict[str, ProviderAdapter],
         rng: random.Random | None = None,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self._providers = {p.name: p for p in config.providers}
         self._adapters = adapters
         self._models = {m.name: list(m.targets) for m in config.models}
+        self._tiers = {name: _tiers(targets) for name, targets in self._models.items()}
         self._emulated = frozenset(m.name for m in config.models if m.tools == "emulate")
         self._max_attempts = config.routing.max_attempts
+        self._strategy = config.routing.strategy
         self._rng = rng or random.Random()
         self._fixed: dict[str, list[Attempt]] = {}
+        self.metrics = metrics or GatewayMetrics(models=frozenset(self._models))
+        self.events = HealthEvents(self.metrics)
+        policy = HealthPolicy.of(config.routing)
+        self.slots: dict[str, list[KeySlot]] = {}
+        for p in config.providers:
+            keys: list[ProviderKey | None] = list(p.keys) or [None]
+            self.slots[p.name] = [self._slot(p, key, policy) for key in keys]
+
+    def _slot(self, p: ProviderConfig, key: ProviderKey | None, policy: HealthPolicy) -> KeySlot:
+        label = key.name if key is not None and key.name else fingerprint(key)
+        health = KeyHealth(
+            p.name,
+            label,
+            policy,
+            rpm=key.rpm if key is not None else None,
+            tpm=key.tpm if key is not None else None,
+            store_key=f"health:{p.name}:{fingerprint(key, 16)}",
+        )
+        health.on_change = self.events
+        return KeySlot(key, health, key.weight if key is not None else 1)
+
+    @property
+    def models(self) -> dict[str, list[Target]]:
+        """The configured models and their targets (read only)."""
+        return self._models
+
+    def provider_models(self, provider: str) -> set[str]:
+        """The upstream model ids configured targets use on `provider`."""
+        return {t.model for ts in self._models.values() for t in ts if t.provider == provider}
 
     def targets(self, model: str) -> list[Target]:
         targets = self._models.get(model)
@@ -79,44 +128,82 @@ class Router:
         return model in self._emulated
 
     def plan(self, model: str) -> list[Attempt]:
-        """Every attempt this request may make, in order, at most `routing.max_attempts`.
+        """Every attempt this request may make, in order, at most `routing.max_attempts`;
+        raises NoUpstreamAvailable (with Retry-After) when no key may be tried now.
 
         A model whose plan has no choice in it (one target, at most one key) always gets the
-        same plan: it is built once and shared (callers only read it)."""
+        same plan while its key is healthy: it is built once and shared (callers only read it)."""
         fixed = self._fixed.get(model)
         if fixed is not None:
+            health = fixed[0].health
+            if health.clear:
+                return fixed
+            now = time.monotonic()
+            refusal = health.refusal(now, fixed[0].model)
+            if refusal[0] > 0:
+                raise unavailable(model, [refusal])
             return fixed
-        targets = self.targets(model)
-        attempts = self._draw(targets)
-        fixed_plan = len(targets) == 1 and len(self._providers[targets[0].provider].keys) <= 1
-        if fixed_plan and len(self._fixed) < 4096:  # bounded: provider/model come from clients
-            self._fixed[model] = attempts
+        tiers = self._tiers.get(model)
+        if tiers is None:
+            tiers = _tiers(self.targets(model))
+        attempts = self._draw(model, tiers, time.monotonic())
+        single = len(tiers) == 1 and len(tiers[0]) == 1
+        if single and len(self.slots[tiers[0][0].provider]) == 1 and len(self._fixed) < 4096:
+            self._fixed[model] = attempts  # bounded: provider/model come from clients
         return attempts
 
-    def _draw(self, targets: list[Target]) -> list[Attempt]:
+    def _draw(self, model: str, tiers: list[list[Target]], now: float) -> list[Attempt]:
         attempts: list[Attempt] = []
-        for priority in sorted({t.priority for t in targets}):
-            tier = [t for t in targets if t.priority == priority]
-            for target in weighted_order(tier, [t.weight for t in tier], self._rng):
+        waits: list[tuple[float, bool]] = []
+        strategy, rng = self._strategy, self._rng
+        for tier in tiers:
+            candidates: list[tuple[Target, list[KeySlot]]] = []
+            for target in tier:
+                usable = self._usable(target, now, waits)
+                if usable:
+                    candidates.append((target, usable))
+            if len(candidates) > 1 or (strategy == "weighted" and candidates):
+                weights = [t.weight for t, _ in candidates]
+                scores = [min(key_score(strategy, s.health) for s in u) for _, u in candidates]
+                candidates = strategy_order(strategy, candidates, weights, scores, rng)
+            for target, usable in candidates:
+                if len(usable) > 1:
+                    scores = [key_score(strategy, s.health) for s in usable]
+                    weights = [s.weight for s in usable]
+                    usable = strategy_order(strategy, usable, weights, scores, rng)
                 provider = self._providers[target.provider]
                 adapter = self._adapters[provider.name]
-                keys: list[ProviderKey | None] = list(provider.keys) or [None]
-                if len(keys) > 1:
-                    weights = [k.weight if k is not None else 1 for k in keys]
-                    keys = weighted_order(keys, weights, self._rng)
-                for key in keys:
+                for slot in usable:
                     attempts.append(
                         Attempt(
                             provider=provider,
                             adapter=adapter,
-                            key=key,
+                            key=slot.key,
                             model=target.model,
+                            health=slot.health,
+                            metrics=self.metrics,
                             api=target.api,
                         )
                     )
                     if len(attempts) >= self._max_attempts:
                         return attempts
+        if not attempts:
+            raise unavailable(model, waits)
         return attempts
+
+    def _usable(self, target: Target, now: float, waits: list[tuple[float, bool]]) -> list[KeySlot]:
+        usable: list[KeySlot] = []
+        for slot in self.slots[target.provider]:
+            health = slot.health
+            if health.clear:
+                usable.append(slot)
+                continue
+            refusal = health.refusal(now, target.model)
+            if refusal[0] > 0:
+                waits.append(refusal)
+            else:
+                usable.append(slot)
+        return usable
 
     def model_list(self) -> ModelList:
         """Configured model names, then `provider/model` for every target."""
@@ -127,3 +214,8 @@ class Router:
                 full = f"{t.provider}/{t.model}"
                 cards.setdefault(full, ModelCard(id=full, owned_by=t.provider))
         return ModelList(data=list(cards.values()))
+
+
+def _tiers(targets: list[Target]) -> list[list[Target]]:
+    """Targets grouped by priority, lowest first, in config order within a priority."""
+    return [[t for t in targets if t.priority == p] for p in sorted({t.priority for t in targets})]

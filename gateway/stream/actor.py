@@ -27,13 +27,14 @@ from gateway.emulation.request import ToolEmulation
 from gateway.emulation.translator import EmulatedToolCalls
 from gateway.errors import (
     NoUpstreamAvailable,
-    UpstreamConnectError,
     UpstreamError,
     UpstreamProtocolError,
     UpstreamTimeout,
 )
 from gateway.framing.registry import make_decoder
 from gateway.providers.base import NativeRequest, UpstreamCall
+from gateway.routing.balancer import unavailable
+from gateway.routing.health import REFUSED
 from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
@@ -42,15 +43,17 @@ from gateway.stream.credentials import AccessTokens
 from gateway.stream.deadlines import Deadlines
 from gateway.stream.http_client import HttpPool
 from gateway.stream.outbound import Outbound
-from gateway.stream.outcome import final_error
+from gateway.stream.outcome import count_move, final_error, report_failure, report_success
 from gateway.stream.pipeline import ChunkPipeline
 from gateway.stream.transport import (
     PlaybackBody,
     UpstreamBody,
+    access_token,
     answered,
     open_upstream,
     read_all,
     send_upstream,
+    speaks,
 )
 from gateway.wire.openai_chat import ChatRequest, Usage
 
@@ -109,6 +112,11 @@ class StreamActor:
         self._task: asyncio.Task[Any] | None = None
         self._shutdown_reason: str | None = None
         self.usage: Usage | None = None
+        # How the current attempt ended when it still returned a response: an upstream error
+        # after the commit point, or a client that left (which says nothing about the key).
+        self._late_error: UpstreamError | None = None
+        self._released = False
+        self._first_byte = 0.0  # loop time of the attempt's first upstream body byte
 
     @property
     def committed(self) -> bool:
@@ -128,26 +136,64 @@ class StreamActor:
 
     async def _run_attempts(self) -> web.StreamResponse:
         errors: list[UpstreamError] = []
+        skipped: list[tuple[float, bool]] = []
+        previous: Attempt | None = None
         for attempt in self._plan:
-            if self._loop.time() >= self._deadline:
+            started = self._loop.time()
+            if started >= self._deadline:
                 break
+            health = attempt.health
+            now = time.monotonic()
+            # The plan was drawn before earlier attempts ran: a key may have become
+            # unavailable since, and a half-open key admits only its one probe.
+            ticket = health.begin(now, attempt.model)
+            if ticket == REFUSED:
+                skipped.append(health.refusal(now, attempt.model))
+                continue
+            if previous is not None:
+                count_move(previous, attempt, self._request.model)
+            previous = attempt
             self.attempts += 1
             self.attempt = attempt
+            self._late_error, self._released, self._first_byte = None, False, 0.0
             try:
-                self._access_token = await self._token_for(attempt)
-                if self.stream:
-                    return await self._serve_stream(attempt)
-                # emulated tool calls are parsed from the text: the upstream streams then
-                if attempt.adapter.native_unary and self._emulation is None:
-                    return await self._serve_unary(attempt)
-                return await self._serve_accumulated(attempt)
+                response = await self._serve(attempt)
             except UpstreamError as err:
+                report_failure(attempt, ticket, err)
                 errors.append(err)
                 if not err.retryable:
                     break
+                continue
+            except BaseException:
+                health.released(ticket)
+                raise
+            self._report_end(attempt, ticket, started)
+            return response
         if not errors:
+            if skipped:
+                raise unavailable(self._request.model, skipped)
             raise NoUpstreamAvailable("no upstream target could be tried for this model")
         raise final_error(errors)
+
+    async def _serve(self, attempt: Attempt) -> web.StreamResponse:
+        self._access_token = await access_token(self._tokens, attempt)
+        if self.stream:
+            return await self._serve_stream(attempt)
+        # emulated tool calls are parsed from the text: the upstream streams then
+        if attempt.adapter.native_unary and self._emulation is None:
+            return await self._serve_unary(attempt)
+        return await self._serve_accumulated(attempt)
+
+    def _report_end(self, attempt: Attempt, ticket: int, started: float) -> None:
+        """The attempt returned a response: a success, a failure after the commit point,
+        or a client that left."""
+        if self._late_error is not None:
+            report_failure(attempt, ticket, self._late_error)
+        elif self._released:
+            attempt.health.released(ticket)
+        else:
+            ttft = self._first_byte - started if self._first_byte else None
+            report_success(attempt, ticket, ttft, self.usage)
 
     def _call(self, attempt: Attempt, stream: bool) -> UpstreamCall:
         native = self._native
@@ -162,16 +208,8 @@ class StreamActor:
             created=self.created,
             access_token=self._access_token,
             api=attempt.api,
-            native=native if native is not None and _speaks(attempt, native.api) else None,
+            native=native if native is not None and speaks(attempt, native.api) else None,
         )
-
-    async def _token_for(self, attempt: Attempt) -> str | None:
-        if not attempt.adapter.needs_access_token:
-            return None
-        credentials = attempt.key.credentials_file if attempt.key is not None else None
-        if not credentials:
-            raise UpstreamConnectError(f"provider {attempt.provider.name!r} has no credentials")
-        return await self._tokens.token(credentials)
 
     async def _open(self, attempt: Attempt, call: UpstreamCall, wait_s: float) -> UpstreamBody:
         timeouts = attempt.provider.timeouts
@@ -184,9 +222,8 @@ class StreamActor:
                     self._pool, attempt.adapter, request, connect_s=timeouts.connect_s
                 )
         except TimeoutError:
-            raise UpstreamTimeout(
-                f"the upstream did not answer within {wait_s:g}s", code="first_byte_timeout"
-            ) from None
+            # a non-streamed answer's first byte is its end: only the total bound applies
+            raise UpstreamTimeout(f"the upstream did not answer within {wait_s:g}s") from None
 
     async def _open_stream(
         self, attempt: Attempt, call: UpstreamCall, deadlines: Deadlines
@@ -224,6 +261,7 @@ class StreamActor:
             until = min(opened + timeouts.total_s, self._deadline)
             async with asyncio.timeout_at(until):
                 data = await read_all(body)
+            self._first_byte = self._loop.time()  # a non-streamed answer's first token
             result = attempt.adapter.unary_result(call, data)
         except TimeoutError:
             body.abort()
@@ -233,12 +271,7 @@ class StreamActor:
             raise
         body.release()
         self.usage = result.usage
-        answer = self._outbound.unary(result)
-        if self._outbound.settle is not None:
-            await self._outbound.settle()
-        return web.Response(
-            body=answer, content_type="application/json", headers=self._commit_headers()
-        )
+        return await self._answer(self._outbound.unary(result))
 
     async def _serve_accumulated(self, attempt: Attempt) -> web.StreamResponse:
         """Non-streaming client, streaming-only upstream: accumulate, answer once."""
@@ -250,12 +283,13 @@ class StreamActor:
             created=acc.created,
         )
         self.usage = acc.usage
+        return await self._answer(completion)
+
+    async def _answer(self, body: bytes) -> web.Response:
         if self._outbound.settle is not None:
             await self._outbound.settle()
         return web.Response(
-            body=completion,
-            content_type="application/json",
-            headers=self._commit_headers(),
+            body=body, content_type="application/json", headers=self._commit_headers()
         )
 
     # --- streaming -------------------------------------------------------------------------
@@ -266,14 +300,17 @@ class StreamActor:
         except UpstreamError as err:
             if not self.committed:
                 raise
+            self._late_error = err
             return await self.client.end(self._outbound.error(err))
         except ClientGone:
+            self._released = True
             assert self.client.response is not None
             return self.client.response
         except asyncio.CancelledError:
             if self._shutdown_reason is None or not self.committed:
                 raise
             _uncancel()
+            self._released = True
             shutdown = NoUpstreamAvailable(self._shutdown_reason, code="server_shutting_down")
             return await self.client.end(self._outbound.error(shutdown))
         self.usage = pipeline.acc.usage
@@ -333,8 +370,10 @@ class StreamActor:
                 async with asyncio.timeout_at(deadlines.next_wake(self.committed)):
                     while True:
                         data = await body.read()
-                        deadlines.last_upstream = loop.time()
-                        deadlines.got_bytes = True
+                        deadlines.last_upstream = now = loop.time()
+                        if not deadlines.got_bytes:
+                            self._first_byte = now
+                            deadlines.got_bytes = True
                         if not data:
                             out = pipeline.run(decoder.close(), spill, closing=True)
                             if not translator.done and (
@@ -378,11 +417,6 @@ class StreamActor:
             headers["x-gateway-model"] = self.attempt.model
         headers["x-gateway-attempts"] = str(self.attempts)
         return headers
-
-
-def _speaks(attempt: Attempt, api: str) -> bool:
-    """Whether this attempt's upstream takes requests of the client's `api` as they are."""
-    return api == attempt.api or api in attempt.adapter.native_apis
 
 
 def _uncancel() -> None:

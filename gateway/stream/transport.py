@@ -2,16 +2,21 @@
 
 The actor reads the body with `read()` and ends it with `release()` (whole body read: the
 connection goes back to the pool) or `abort()` (anything else: the connection is closed, so
-the upstream stops generating and billing).
+the upstream stops generating and billing). An error answer's wait (`Retry-After` and kin) is
+read here, where its headers are, and travels on the error as `retry_after_s`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Protocol
 
-from gateway.errors import UpstreamError, UpstreamProtocolError
+from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamProtocolError
 from gateway.providers.base import ProviderAdapter, UpstreamRequest
+from gateway.routing.retry_after import retry_after_s
+from gateway.routing.router import Attempt
+from gateway.stream.credentials import AccessTokens
 from gateway.stream.http_client import HttpPool, PendingResponse, UpstreamResponse
 
 ERROR_BODY_LIMIT = 1 << 20
@@ -104,9 +109,11 @@ async def _error_answer(adapter: ProviderAdapter, response: UpstreamResponse) ->
         pass  # the status alone still says what happened
     finally:
         response.abort()
-    return adapter.error_from_response(
-        response.status, b"".join(parts)[:ERROR_BODY_LIMIT], response.head.headers
-    )
+    headers = response.head.headers
+    err = adapter.error_from_response(response.status, b"".join(parts)[:ERROR_BODY_LIMIT], headers)
+    if response.status == 429 or response.status >= 500:
+        err.retry_after_s = retry_after_s(headers, time.time())
+    return err
 
 
 UNARY_BODY_LIMIT = 64 << 20
@@ -124,3 +131,18 @@ async def read_all(body: UpstreamBody) -> bytes:
         if size > UNARY_BODY_LIMIT:
             raise UpstreamProtocolError("the upstream answer is larger than 64 MiB")
         parts.append(data)
+
+
+async def access_token(tokens: AccessTokens, attempt: Attempt) -> str | None:
+    """The OAuth token an attempt's adapter needs (vertex), else None."""
+    if not attempt.adapter.needs_access_token:
+        return None
+    credentials = attempt.key.credentials_file if attempt.key is not None else None
+    if not credentials:
+        raise UpstreamConnectError(f"provider {attempt.provider.name!r} has no credentials")
+    return await tokens.token(credentials)
+
+
+def speaks(attempt: Attempt, api: str) -> bool:
+    """Whether this attempt's upstream takes requests of the client's `api` as they are."""
+    return api == attempt.api or api in attempt.adapter.native_apis

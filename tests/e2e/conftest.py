@@ -104,6 +104,8 @@ def gateway_config(upstream: FakeOpenAI, max_body: int = 262144) -> str:
     return f"""
 server: {{max_body_bytes: {max_body}, shutdown_grace_s: 5}}
 store: {{url: "memory://"}}
+# one key serves every failure scenario here: key health must not carry one test into the next
+routing: {{cooldown_s: 0.001, auth_hold_s: 0.001, circuit_failures: 1000}}
 providers:
   - name: up
     kind: openai

@@ -23,7 +23,8 @@ provider `up` is driven with `"model": "up/<scenario>"`:
   hold                 1 s before anything, headers included (a gateway upstream), then text
   stall                content, then silence (idle timeout after the commit point)
 
-A key starting with `sk-bad` gets a 401, whatever the scenario.
+A key starting with `sk-bad` gets a 401, whatever the scenario; a key `sk-rl-<n>` gets a 429
+with `Retry-After: <n>`.
 
 Every request is recorded (headers and JSON body); `closed` counts streams whose client
 (the gateway) went away before the end. It runs on its own thread and loop so that tests
@@ -92,6 +93,20 @@ class FakeOpenAI(ThreadedUpstream):
                     }
                 },
                 status=401,
+            )
+        if request.headers.get("Authorization", "").startswith("Bearer sk-rl-"):
+            wait = request.headers["Authorization"].removeprefix("Bearer sk-rl-")
+            return web.json_response(
+                {
+                    "error": {
+                        "message": "Rate limit reached",
+                        "type": "requests",
+                        "param": None,
+                        "code": "rate_limit_exceeded",
+                    }
+                },
+                status=429,
+                headers={"Retry-After": wait},
             )
         if scenario.startswith("fail-"):
             status = int(scenario.removeprefix("fail-"))

@@ -1,0 +1,382 @@
+"""Chaos run: a bounded load through a gateway process in front of faulty upstreams (OpenAI
+and Anthropic kinds, several keys, three priorities) while failures are injected at random.
+
+Every request must end as a success (the healthy answer, whole: the text, the exact tool
+calls, one finish_reason, `[DONE]`) or as a proper error (an OpenAI-shaped HTTP error, or for
+a committed stream an error event followed by `[DONE]`). Anything else is a hang (the
+client's own timeout passed) or a corrupted answer, and there must be none of either.
+
+The failures are drawn per request, per attempt, from a seeded RNG and handed to the
+upstreams as scripts keyed by the request, so a seed replays the same injections:
+`CHAOS_SEED=<seed> pytest tests/e2e/test_chaos.py`. The seed and the counts are printed in
+one line and written to `chaos.txt` under the test's tmp dir.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
+from tests.upstreams.faulty_upstream import (
+    CALLS,
+    FAILURES,
+    TEXT,
+    TOOLS,
+    FaultyUpstream,
+    Scripts,
+)
+
+pytestmark = pytest.mark.e2e
+
+REQUESTS = 400
+CONCURRENCY = 16
+FAIL_P = 0.3  # chance that one upstream answer is a failure (of a kind drawn uniformly)
+MAX_ATTEMPTS = 4
+CLIENT_TIMEOUT_S = 15.0  # far past the gateway's own bound (deadline_s 6 plus one total_s)
+RUN_BOUND_S = 40.0
+IDLE_POOL_BOUND = CONCURRENCY * 2  # at most one idle connection per concurrent request and host
+PROPER_ERROR_STATUSES = {429, 502, 503, 504}
+TCP_CLOSE_WAIT = "08"
+
+
+@pytest.fixture(scope="module")
+def ups() -> Iterator[list[FaultyUpstream]]:
+    scripts = Scripts()  # a request's attempts draw from one script, whichever host they reach
+    started = [FaultyUpstream(scripts).start(), FaultyUpstream(scripts).start()]
+    yield started
+    for up in started:
+        up.stop()
+
+
+def config(east: FaultyUpstream, west: FaultyUpstream) -> str:
+    fast = "{connect_s: 1, first_byte_s: 0.5, idle_s: 0.5, total_s: 2}"
+
+    def provider(name: str, kind: str, url: str, keys: list[int], timeouts: str = fast) -> str:
+        listed = ", ".join(f"{{key: sk-{name}-{i}, weight: {w}}}" for i, w in enumerate(keys))
+        return (
+            f"\n  - {{name: {name}, kind: {kind}, base_url: '{url}', keys: [{listed}],"
+            f" timeouts: {timeouts}}}"
+        )
+
+    return f"""
+server: {{shutdown_grace_s: 5, commit_after_s: 5, keepalive_s: 15}}
+routing: {{max_attempts: {MAX_ATTEMPTS}, deadline_s: 6, cooldown_s: 1}}
+store: {{url: "memory://"}}
+providers:{provider("oa_east", "openai", east.openai_url, [3, 1, 1])}\
+{provider("oa_west", "openai", west.openai_url, [1, 1])}\
+{provider("an_main", "anthropic", east.anthropic_url, [2, 1])}\
+{provider("an_back", "anthropic", west.anthropic_url, [1])}\
+{provider("canary", "openai", east.openai_url, [1], "{first_byte_s: 5, idle_s: 5}")}
+models:
+  - name: chaos-a
+    targets:
+      - {{provider: oa_east, model: ok, priority: 0}}
+      - {{provider: an_main, model: ok, priority: 0}}
+      - {{provider: oa_west, model: ok, priority: 1}}
+      - {{provider: an_back, model: ok, priority: 2}}
+  - name: chaos-b
+    targets:
+      - {{provider: an_main, model: ok, priority: 0, weight: 1}}
+      - {{provider: oa_west, model: ok, priority: 0, weight: 2}}
+      - {{provider: oa_east, model: ok, priority: 1}}
+  - name: canary
+    targets: [{{provider: canary, model: ok}}]
+"""
+
+
+@pytest.fixture(scope="module")
+def gw(ups: list[FaultyUpstream], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    gateway = start_gateway(config(*ups), tmp_path_factory.mktemp("gw-chaos"))
+    yield gateway
+    stop_gateway(gateway)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One request of the run and the failures its upstream attempts will meet."""
+
+    tag: str
+    model: str
+    stream: bool
+    tools: bool
+    modes: tuple[str, ...]
+
+
+def draw(rng: random.Random) -> list[Spec]:
+    specs = []
+    for n in range(REQUESTS):
+        # one spare mode: a reset on a reused connection is resent once, on a fresh one
+        modes = tuple(
+            rng.choice(FAILURES) if rng.random() < FAIL_P else "ok" for _ in range(MAX_ATTEMPTS + 1)
+        )
+        # A rest short against the run's few seconds: refusals are instant, so while keys
+        # rest the load drains into 429s, pushing the rest onto fewer keys; with 200 ms a
+        # cascade can bench every key and turn most of the run into (proper) 429s.
+        modes = tuple(m.replace("rate-limit", "rate-limit-50ms") for m in modes)
+        model = rng.choice(["chaos-a", "chaos-b"])
+        specs.append(Spec(f"c{n}", model, stream=rng.random() < 0.5, tools=n % 2 == 0, modes=modes))
+    return specs
+
+
+# --- what a proper answer is ---------------------------------------------------------------
+
+
+class Corrupted(Exception):
+    """The answer is neither the healthy answer nor a proper error."""
+
+
+def check(cond: bool, why: str) -> None:
+    if not cond:
+        raise Corrupted(why)
+
+
+def check_error_object(error: Any) -> None:
+    check(isinstance(error, dict), f"error is not an object: {error!r}")
+    check(set(error) == {"message", "type", "param", "code"}, f"error shape: {error!r}")
+    check(isinstance(error["message"], str) and bool(error["message"]), "empty error message")
+
+
+def expected_calls(spec: Spec) -> list[tuple[str, Any]]:
+    return list(CALLS) if spec.tools else []
+
+
+def check_message(spec: Spec, body: bytes) -> None:
+    completion = json.loads(body)
+    check(completion.get("object") == "chat.completion", f"not a completion: {body[:200]!r}")
+    choices = completion["choices"]
+    check(len(choices) == 1, "choices")
+    message = choices[0]["message"]
+    check(message.get("content") == TEXT, f"content {message.get('content')!r}")
+    calls = [
+        (c["function"]["name"], json.loads(c["function"]["arguments"]))
+        for c in message.get("tool_calls") or []
+    ]
+    check(calls == expected_calls(spec), f"tool calls {calls!r}")
+    finish = "tool_calls" if spec.tools else "stop"
+    check(choices[0]["finish_reason"] == finish, f"finish {choices[0]['finish_reason']!r}")
+
+
+def sse_payloads(body: bytes) -> list[bytes]:
+    out = []
+    for frame in body.split(b"\n\n"):
+        lines = [ln for ln in frame.split(b"\n") if ln and not ln.startswith(b":")]
+        if lines:
+            check(all(ln.startswith(b"data: ") for ln in lines), f"not a data frame: {frame!r}")
+            out.append(b"\n".join(ln.removeprefix(b"data: ") for ln in lines))
+    return out
+
+
+def check_stream(spec: Spec, body: bytes) -> str:
+    """'success' or 'error' for a 200 stream; raises Corrupted for anything else."""
+    payloads = sse_payloads(body)
+    check(bool(payloads) and payloads[-1] == b"[DONE]", "the stream does not end with [DONE]")
+    check(payloads.count(b"[DONE]") == 1, "[DONE] more than once")
+    events = [json.loads(p) for p in payloads[:-1]]
+    errors = [i for i, e in enumerate(events) if "error" in e]
+    check(errors in ([], [len(events) - 1]), "an error event that is not the last event")
+    text, finishes = "", []
+    calls: dict[int, list[str]] = {}
+    for event in events[: len(events) - len(errors)]:
+        check(event.get("object") == "chat.completion.chunk", f"not a chunk: {event!r}")
+        for choice in event["choices"]:
+            check(choice["index"] == 0, "a second choice")
+            delta = choice["delta"]
+            text += delta.get("content") or ""
+            for call in delta.get("tool_calls") or []:
+                slot = calls.setdefault(call["index"], ["", ""])
+                slot[0] += call.get("function", {}).get("name") or ""
+                slot[1] += call.get("function", {}).get("arguments") or ""
+            if choice.get("finish_reason") is not None:
+                finishes.append(choice["finish_reason"])
+    if errors:
+        check_error_object(events[-1]["error"])
+        check(TEXT.startswith(text), f"text before the error is not the answer's: {text!r}")
+        check(not finishes, "a finish_reason, then an error")
+        return "error"
+    parsed = [(name, json.loads(args)) for _, (name, args) in sorted(calls.items())]
+    check(text == TEXT, f"text {text!r}")
+    check(parsed == expected_calls(spec), f"tool calls {parsed!r}")
+    check(finishes == ["tool_calls" if spec.tools else "stop"], f"finish reasons {finishes}")
+    return "success"
+
+
+def classify(spec: Spec, status: int, headers: Any, body: bytes) -> str:
+    if status != 200:
+        check(status in PROPER_ERROR_STATUSES, f"status {status}: {body[:300]!r}")
+        parsed = json.loads(body)
+        check(set(parsed) == {"error"}, f"error body {body[:300]!r}")
+        check_error_object(parsed["error"])
+        return "error"
+    attempts = int(headers.get("x-gateway-attempts", "0"))
+    check(1 <= attempts <= MAX_ATTEMPTS, f"x-gateway-attempts {attempts}")
+    if spec.stream:
+        return check_stream(spec, body)
+    check_message(spec, body)
+    return "success"
+
+
+# --- the run --------------------------------------------------------------------------------
+
+
+async def one(session: aiohttp.ClientSession, url: str, spec: Spec) -> tuple[str, str]:
+    body: dict[str, Any] = {
+        "model": spec.model,
+        "messages": [{"role": "user", "content": f"What is the answer? tag:{spec.tag}"}],
+        "stream": spec.stream,
+    }
+    if spec.tools:
+        body["tools"] = TOOLS
+    try:
+        async with asyncio.timeout(CLIENT_TIMEOUT_S):
+            async with session.post(url + "/v1/chat/completions", json=body) as response:
+                data = await response.read()
+                status, headers = response.status, response.headers
+    except TimeoutError:
+        return "hang", ""
+    except aiohttp.ClientError as err:
+        return "corrupted", f"{type(err).__name__}: {err}"
+    try:
+        outcome = classify(spec, status, headers, data)
+    except (Corrupted, ValueError, KeyError, TypeError) as err:
+        return "corrupted", f"{type(err).__name__}: {err}"
+    if outcome == "success":
+        return outcome, f"attempts={headers['x-gateway-attempts']}"
+    return outcome, "event" if status == 200 else str(status)
+
+
+@dataclass
+class Tally:
+    """Outcomes; successes by attempts made and proper errors by kind (HTTP status, or
+    `event` in a stream); what went wrong with the rest; whether the run overran its bound."""
+
+    outcomes: Counter[str] = field(default_factory=Counter)
+    kinds: Counter[str] = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+    overran: bool = False
+
+
+async def run_load(url: str, specs: list[Spec]) -> Tally:
+    tally = Tally()
+    queue = list(reversed(specs))
+    connector = aiohttp.TCPConnector(limit=CONCURRENCY)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker() -> None:
+            while queue:
+                spec = queue.pop()
+                outcome, why = await one(session, url, spec)
+                tally.outcomes[outcome] += 1
+                if outcome in ("success", "error"):
+                    tally.kinds[f"{outcome} {why}"] += 1
+                else:
+                    tally.problems.append(f"{spec}: {outcome} {why}")
+
+        try:
+            async with asyncio.timeout(RUN_BOUND_S):
+                await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+        except TimeoutError:
+            tally.overran = True
+    return tally
+
+
+def gateway_sockets(pid: int) -> tuple[int, Counter[str]]:
+    """The process's open fd count, and the TCP states of its sockets (by /proc/net/tcp)."""
+    inodes = set()
+    fds = os.listdir(f"/proc/{pid}/fd")
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed while listing
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    states: Counter[str] = Counter()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                states[fields[3]] += 1
+    return len(fds), states
+
+
+async def settled_sockets(pid: int, fds_before: int) -> tuple[int, Counter[str]]:
+    """Give closes in flight a moment (bounded) before judging the counts."""
+    fds, states = gateway_sockets(pid)
+    for _ in range(30):
+        if fds <= fds_before + IDLE_POOL_BOUND and not states[TCP_CLOSE_WAIT]:
+            break
+        await asyncio.sleep(0.1)
+        fds, states = gateway_sockets(pid)
+    return fds, states
+
+
+async def test_chaos_run(
+    gw: Gateway,
+    ups: list[FaultyUpstream],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    seed = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(1 << 32))
+    specs = draw(random.Random(seed))
+    for spec in specs:
+        ups[0].scripts.set(spec.tag, spec.modes)
+    pid = gw.proc.pid
+    fds_before, _ = gateway_sockets(pid)
+
+    started = time.monotonic()
+    tally = await run_load(gw.url, specs)
+    outcomes, kinds, problems = tally.outcomes, tally.kinds, tally.problems
+    took = time.monotonic() - started
+    fds_after, states = await settled_sockets(pid, fds_before)
+
+    injected = sum((up.injected() for up in ups), Counter())
+    line = (
+        f"chaos: requests={sum(outcomes.values())} successes={outcomes['success']} "
+        f"errors={outcomes['error']} hangs={outcomes['hang']} "
+        f"corrupted={outcomes['corrupted']} seed={seed}"
+    )
+    detail = (
+        f"took={took:.1f}s outcomes: {dict(sorted(kinds.items()))}"
+        f" upstream answers: {dict(sorted(injected.items()))}"
+        f" gateway fds: {fds_before} before, {fds_after} after"
+    )
+    (tmp_path / "chaos.txt").write_text(line + "\n" + detail + "\n" + "\n".join(problems))
+    with capsys.disabled():
+        print(f"\n{line}\n{detail}")
+
+    assert not tally.overran, f"the run took over {RUN_BOUND_S}s: {line}"
+    assert sum(outcomes.values()) == REQUESTS, line
+    assert outcomes["hang"] == 0, f"{line}\n" + "\n".join(problems[:10])
+    assert outcomes["corrupted"] == 0, f"{line}\n" + "\n".join(problems[:10])
+    # Proper errors alone would pass the checks above: many requests must get their answer,
+    # some of them only thanks to failover, and failures must really have been injected.
+    # (Key health decides how many of the rest are refused outright while keys cool down.)
+    assert outcomes["success"] >= REQUESTS // 4, line
+    first_try = kinds["success attempts=1"]
+    failed_over = sum(n for kind, n in kinds.items() if kind.startswith("success")) - first_try
+    assert failed_over > 0, detail
+    assert sum(n for mode, n in injected.items() if mode != "ok") >= REQUESTS // 10, detail
+
+    assert states[TCP_CLOSE_WAIT] == 0, f"sockets the upstream closed, still open: {states}"
+    assert fds_after <= fds_before + IDLE_POOL_BOUND, (fds_before, fds_after, states)
+
+    assert gw.proc.poll() is None
+    assert "Traceback" not in gw.log.read_text()
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with session.get(gw.url + "/healthz") as health:
+            assert health.status == 200
+        canary = Spec("canary", "canary", True, True, ())
+        assert await one(session, gw.url, canary) == ("success", "attempts=1")

@@ -1,0 +1,260 @@
+"""A fake upstream that fails on command: OpenAI Chat Completions (`/v1/chat/completions`,
+SDK base URL `openai_url`) and Anthropic Messages (`/v1/messages`, base URL `anthropic_url`)
+on one aiohttp server, each in its provider's exact wire format (built in faulty_wire.py).
+
+What one answer does is its *mode*. The upstream model id names it (a gateway target
+`{provider: oa, model: fail-500}` always fails), unless a script says otherwise:
+`script(tag, modes)` (thread-safe) gives the requests whose messages contain `tag:<tag>` the
+`modes` one per request, in order; once a script is used up the model's mode applies again.
+Upstreams built with one `Scripts` share them.
+Scripts keyed by the request, not by arrival order, make a chaos run reproducible from its
+seed however its requests interleave.
+
+  ok               the healthy answer: TEXT, and when the request has tools the two CALLS
+                   (OpenAI: their argument deltas interleave 0,1,0,1; Anthropic: a text
+                   block, then two tool_use blocks)
+  fail-<status>    that HTTP status with the provider's error body
+  rate-limit[-N]   429 with `Retry-After: N` (default 1) and a rate-limit error body;
+                   `rate-limit-<N>ms` adds `retry-after-ms: N` (Retry-After rounded up)
+  reset-before     the connection is reset (RST) before any byte of the answer
+  reset-mid        headers and some content, then the connection is reset
+  slow-first-byte  SLOW_S of silence before the headers, then the healthy answer
+  stall            headers and some content, then silence until the client hangs up
+  overloaded       Anthropic: `event: error` (overloaded_error) right after message_start
+                   (non-streaming: 529); OpenAI: the role chunk, then an error event
+                   (non-streaming: 503)
+  truncated        some content, then a clean end of the body: no finish, no [DONE]
+                   (non-streaming: half the JSON, with a Content-Length that matches it)
+  bad-json         some content, then a data line that is not JSON in place of the next
+                   piece (non-streaming: a body that is not JSON)
+  bad-json-first   the same, in place of the first piece: before any content
+
+"Some content" is the first two pieces of TEXT, so a gateway has committed by then. Every
+request is recorded (`seen()`) with the mode it got.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import struct
+import threading
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from tests.upstreams.faulty_wire import ANTHROPIC, CALLS, OPENAI, TEXT, TEXT_PIECES, TOOLS, Api
+from tests.upstreams.threaded import ThreadedUpstream
+
+__all__ = ["CALLS", "TEXT", "TEXT_PIECES", "TOOLS", "FaultyUpstream", "Scripts", "Seen"]
+
+FAILURES = (
+    "fail-500",
+    "rate-limit",
+    "reset-before",
+    "reset-mid",
+    "slow-first-byte",
+    "stall",
+    "overloaded",
+    "truncated",
+    "bad-json",
+    "bad-json-first",
+)
+SLOW_S = 1.5
+HOLD_S = 30.0  # longest a stalled or reset answer waits for the client to hang up
+CUT = 61  # write size: events arrive split at odd places, as networks deliver them
+TAG = re.compile(r"tag:([A-Za-z0-9_.-]+)")
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request as the upstream saw it."""
+
+    api: str  # "openai" or "anthropic"
+    model: str
+    mode: str
+    tag: str | None
+    key: str
+    stream: bool
+    tools: bool
+
+
+class Scripts:
+    """Per-request mode scripts; one instance may be shared by several upstreams, so a
+    request's attempts take its modes in order whichever upstream each attempt reaches."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._modes: dict[str, deque[str]] = {}
+
+    def set(self, tag: str, modes: Sequence[str]) -> None:
+        with self._lock:
+            self._modes[tag] = deque(modes)
+
+    def next(self, tag: str | None) -> str | None:
+        """The next scripted mode of `tag`, None once its script is used up."""
+        with self._lock:
+            modes = self._modes.get(tag) if tag is not None else None
+            return modes.popleft() if modes else None
+
+
+class FaultyUpstream(ThreadedUpstream):
+    name = "faulty-upstream"
+
+    def __init__(self, scripts: Scripts | None = None) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self.scripts = scripts or Scripts()
+        self._seen: list[Seen] = []
+
+    @property
+    def openai_url(self) -> str:
+        return self.base_url + "/v1"
+
+    @property
+    def anthropic_url(self) -> str:
+        return self.base_url
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self._openai)
+        app.router.add_post("/v1/messages", self._anthropic)
+
+    # --- commands, from any thread ----------------------------------------------------------
+
+    def script(self, tag: str, modes: Sequence[str]) -> None:
+        """Requests carrying `tag:<tag>` get `modes`, one each, before the model's mode."""
+        self.scripts.set(tag, modes)
+
+    def seen(self, tag: str | None = None) -> list[Seen]:
+        with self._lock:
+            return [s for s in self._seen if tag is None or s.tag == tag]
+
+    def injected(self) -> Counter[str]:
+        """How many answers of each mode were given."""
+        with self._lock:
+            return Counter(s.mode for s in self._seen)
+
+    # --- the two APIs ---------------------------------------------------------------------
+
+    async def _openai(self, request: web.Request) -> web.StreamResponse:
+        key = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        return await self._answer(request, OPENAI, key)
+
+    async def _anthropic(self, request: web.Request) -> web.StreamResponse:
+        return await self._answer(request, ANTHROPIC, request.headers.get("x-api-key", ""))
+
+    def _record(self, api: Api, body: dict[str, Any], key: str) -> Seen:
+        model = str(body.get("model", ""))
+        found = TAG.search(json.dumps(body.get("messages")))
+        tag = found.group(1) if found else None
+        mode = self.scripts.next(tag) or model
+        seen = Seen(
+            api.name, model, mode, tag, key, bool(body.get("stream")), bool(body.get("tools"))
+        )
+        with self._lock:
+            self._seen.append(seen)
+        return seen
+
+    async def _answer(self, request: web.Request, api: Api, key: str) -> web.StreamResponse:
+        seen = self._record(api, await request.json(), key)
+        mode = seen.mode
+        if mode.startswith("fail-"):
+            status = int(mode.removeprefix("fail-"))
+            message = f"faulty upstream refused the request with {status} ({mode})"
+            return web.json_response(api.error(status, message), status=status)
+        if mode.startswith("rate-limit"):
+            wait = mode.removeprefix("rate-limit").removeprefix("-") or "1"
+            headers = {"Retry-After": wait}
+            if wait.endswith("ms"):
+                ms = int(wait.removesuffix("ms"))
+                headers = {"retry-after-ms": str(ms), "Retry-After": str(-(-ms // 1000))}
+            body = api.error(429, f"rate limited, retry in {wait}")
+            return web.json_response(body, status=429, headers=headers)
+        if mode == "reset-before":
+            return await _reset(request)
+        if mode == "slow-first-byte":
+            await asyncio.sleep(SLOW_S)
+            mode = "ok"
+        elif mode == "overloaded" and not seen.stream:
+            status = api.overloaded_status
+            return web.json_response(api.error(status, "Overloaded"), status=status)
+        if mode not in ("ok", *FAILURES):
+            body = api.error(400, f"faulty upstream has no mode {mode!r}")
+            return web.json_response(body, status=400)
+        if seen.stream:
+            return await self._stream(request, api, mode, seen.tools)
+        return await self._unary(request, api, mode, seen.tools)
+
+    async def _stream(
+        self, request: web.Request, api: Api, mode: str, tools: bool
+    ) -> web.StreamResponse:
+        events = api.events(tools)
+        some = api.lead + 2  # the events up to and including two content pieces
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        if mode == "overloaded":
+            await _send(response, events[0] + api.overloaded_event)  # role / message_start
+        elif mode == "bad-json-first":
+            broken = [*events[: api.lead], api.broken, *events[api.lead + 1 :]]
+            await _send(response, b"".join(broken))
+        elif mode in ("reset-mid", "stall", "truncated", "bad-json"):
+            await _send(response, b"".join(events[:some]))
+            await asyncio.sleep(0.05)  # let the gateway pass the content on first
+            if mode == "reset-mid":
+                return await _reset(request)
+            if mode == "stall":
+                await asyncio.sleep(HOLD_S)
+            if mode == "bad-json":
+                await _send(response, b"".join([api.broken, *events[some + 1 :]]))
+        else:
+            await _send(response, b"".join(events))
+        return response
+
+    async def _unary(
+        self, request: web.Request, api: Api, mode: str, tools: bool
+    ) -> web.StreamResponse:
+        whole = json.dumps(api.unary(tools)).encode()
+        half = whole[: len(whole) // 2]
+        if mode in ("ok", "overloaded"):
+            return web.Response(body=whole, content_type="application/json")
+        if mode == "truncated":
+            return web.Response(body=half, content_type="application/json")
+        if mode.startswith("bad-json"):
+            return web.Response(body=b"{not json" + half, content_type="application/json")
+        # reset-mid, stall: the whole body is announced, half of it arrives
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.content_length = len(whole)
+        await response.prepare(request)
+        await _send(response, half)
+        await asyncio.sleep(0.05)
+        if mode == "reset-mid":
+            return await _reset(request)
+        await asyncio.sleep(HOLD_S)
+        return response
+
+
+async def _send(response: web.StreamResponse, blob: bytes) -> None:
+    """Write `blob` in CUT-sized pieces; stop quietly once the client has gone away (a
+    gateway drops a stream it found broken, and that is its right)."""
+    try:
+        for start in range(0, len(blob), CUT):
+            await response.write(blob[start : start + CUT])
+    except ConnectionResetError:
+        return
+
+
+async def _reset(request: web.Request) -> web.StreamResponse:
+    """Reset the connection (RST, not FIN), then wait for aiohttp to cancel this handler."""
+    transport = request.transport
+    if transport is not None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+    await asyncio.sleep(HOLD_S)
+    raise ConnectionResetError("the faulty upstream reset this connection")
