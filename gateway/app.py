@@ -6,9 +6,13 @@ import logging
 
 from aiohttp import web
 
+from gateway.accounting.service import ACCOUNTING, Accounting
 from gateway.config import Config
 from gateway.providers.registry import make_adapter
 from gateway.routing.router import Router
+from gateway.routing.sync import health_sync
+from gateway.server.admin_health import admin_health
+from gateway.server.admin_keys import add_admin_routes
 from gateway.server.chat import chat_completions, list_models
 from gateway.server.embeddings import embeddings
 from gateway.server.errors import ERROR_SHAPES, error_middleware
@@ -16,6 +20,7 @@ from gateway.server.health import healthz, readyz
 from gateway.server.messages import count_tokens, messages, render_error
 from gateway.server.responses import create_response
 from gateway.server.state import STATE, GatewayState
+from gateway.store.ledger import make_ledger
 
 log = logging.getLogger("gateway")
 
@@ -29,6 +34,7 @@ def build_app(config: Config) -> web.Application:
         handler_args={"access_log": None},
     )
     app[STATE] = state
+    app[ACCOUNTING] = Accounting(config, make_ledger(config.store.url))
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/messages", messages)
     app.router.add_post("/v1/messages/count_tokens", count_tokens)
@@ -38,6 +44,9 @@ def build_app(config: Config) -> web.Application:
     app.router.add_post("/v1/responses", create_response)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/admin/health", admin_health)
+    add_admin_routes(app)
+    app.cleanup_ctx.append(health_sync(state.router, state.kv, config.store.url))
     app.on_cleanup.append(_close_pool)
     if not config.auth.master_key:
         log.warning("auth.master_key is empty: the gateway is open to anyone who can reach it")
@@ -48,3 +57,4 @@ async def _close_pool(app: web.Application) -> None:
     state = app[STATE]
     state.pool.close()
     await state.kv.close()
+    await app[ACCOUNTING].ledger.close()

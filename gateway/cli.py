@@ -1,4 +1,4 @@
-"""The command line: `gateway serve` and `gateway check-config`."""
+"""The command line: `gateway serve`, `gateway check-config` and `gateway keys ...`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from gateway.accounting.keys_cli import add_keys_parser, run_keys
 from gateway.config import Config, ConfigError, check_config, default_config, load_config
 from gateway.providers.registry import supported_kinds
 from gateway.store.kv import store_problem
@@ -32,6 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, help="worker processes (overrides server.workers)")
     check = sub.add_parser("check-config", help="validate a config file and print every problem")
     check.add_argument("path")
+    add_keys_parser(sub)
     return parser
 
 
@@ -80,6 +82,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         sys.stdout.write(report.getvalue())
         return status
+    if args.command == "keys":
+        try:
+            config = _load(args.config)
+        except ConfigError as exc:
+            print("\n".join(exc.problems), file=sys.stderr)
+            return 2
+        return run_keys(args, config, sys.stdout, sys.stderr)
     from gateway.server.runner import LOG_FORMAT, serve
 
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)

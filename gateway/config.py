@@ -75,10 +75,14 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fro
 class RoutingConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """Failover and retries across targets and keys."""
 
-    strategy: Literal["weighted"] = "weighted"
+    strategy: Literal["weighted", "least_inflight", "latency"] = "weighted"
     max_attempts: int = 4  # upstream attempts per request, over all keys and targets
     deadline_s: float = 600.0  # whole request, over all attempts
     cooldown_s: float = 30.0  # a rate-limited key rests this long without Retry-After
+    circuit_failures: int = 5  # consecutive server-side failures that open a key's circuit
+    circuit_open_s: float = 5.0  # first open period; doubles on each re-open
+    circuit_max_open_s: float = 300.0  # the longest open period
+    auth_hold_s: float = 600.0  # a key answered 401/403 is out of rotation this long, then probed
 
 
 class AuthConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -106,6 +110,7 @@ class ProviderKey(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     """One credential of a provider; a provider's keys are balanced by weight."""
 
     key: Secret | None = None
+    name: str | None = None  # shown by /admin/health and in logs instead of a fingerprint
     weight: int = 1
     rpm: int | None = None
     tpm: int | None = None
@@ -155,7 +160,8 @@ class Price(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tru
 
     input_per_mtok: float
     output_per_mtok: float
-    cached_input_per_mtok: float | None = None
+    cached_input_per_mtok: float | None = None  # None: cached prompt tokens cost as input
+    reasoning_output_per_mtok: float | None = None  # None: reasoning tokens cost as output
 
 
 class Target(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -183,7 +189,7 @@ class VirtualKeyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True,
     name: str
     key: Secret
     budget_usd: float | None = None
-    budget_period: Literal["total", "daily", "weekly", "monthly"] = "total"
+    budget_period: Literal["none", "total", "daily", "weekly", "monthly"] = "total"  # none = total
     rpm: int | None = None
     tpm: int | None = None
     models: list[str] | None = None  # None: every model

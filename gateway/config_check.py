@@ -97,7 +97,10 @@ def _check_server(config: Config) -> Iterator[Problem]:
     yield from _at_least(server.max_body_bytes, 1024, ("server", "max_body_bytes"))
     yield from _durations(server, ("server",))
     yield from _at_least(routing.max_attempts, 1, ("routing", "max_attempts"))
+    yield from _at_least(routing.circuit_failures, 1, ("routing", "circuit_failures"))
     yield from _durations(routing, ("routing",))
+    if routing.circuit_max_open_s < routing.circuit_open_s:
+        yield ("routing", "circuit_max_open_s"), "must be >= routing.circuit_open_s"
     yield from _durations(config.store, ("store",))
 
 
@@ -158,9 +161,13 @@ def _check_providers(providers: list[ProviderConfig]) -> Iterator[Problem]:
             yield from _not_negative(p.mock.delay_s, (*here, "mock", "delay_s"))
         if not p.keys and p.kind not in KEYLESS_KINDS:
             yield (*here, "keys"), f"kind '{p.kind}' needs at least one key"
+        key_names: set[str] = set()
         for j, key in enumerate(p.keys):
             if not is_bad(key):
                 yield from _check_key(key, p.kind, (*here, "keys", j))
+                if key.name is not None:
+                    at: Path = (*here, "keys", j, "name")
+                    yield from _check_name(key.name, key_names, "key", at)
         yield from _durations(p.timeouts, (*here, "timeouts"))
 
 
@@ -249,7 +256,12 @@ def _check_models(
                     f"responses needs a provider of kind openai or azure, not {kind}",
                 )
         if m.price is not None:
-            for field in ("input_per_mtok", "output_per_mtok", "cached_input_per_mtok"):
+            for field in (
+                "input_per_mtok",
+                "output_per_mtok",
+                "cached_input_per_mtok",
+                "reasoning_output_per_mtok",
+            ):
                 yield from _not_negative(getattr(m.price, field), (*here, "price", field))
 
 

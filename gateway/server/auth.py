@@ -1,13 +1,20 @@
-"""Who may call the gateway: the master key for now; virtual keys arrive with accounting."""
+"""Who may call the gateway: the master key (everything), virtual keys (inference routes,
+their allowed models), or anyone when no master key is configured (an open gateway).
+
+Identifying the caller makes no store call: a bearer that is not the master key is taken
+for a virtual key, which the accounting store checks in the same call that admits the
+request (gateway/accounting/service.py). The master key is compared in constant time;
+a virtual key's secret is never compared at all, only its sha256 is looked up.
+"""
 
 from __future__ import annotations
 
-import hmac
-
 from aiohttp import web
 
-from gateway.config import Secret
-from gateway.errors import AuthenticationFailed
+from gateway.accounting.service import ACCOUNTING, Principal
+from gateway.errors import AuthenticationFailed, PermissionDenied
+
+PRINCIPAL = web.RequestKey("principal", Principal)
 
 
 def bearer_token(request: web.Request, *, allow_x_api_key: bool = False) -> str | None:
@@ -20,17 +27,33 @@ def bearer_token(request: web.Request, *, allow_x_api_key: bool = False) -> str 
     return None
 
 
-def authorize(request: web.Request, master_key: Secret, *, allow_x_api_key: bool = False) -> None:
-    """Open gateway when no master key is configured; otherwise the bearer must match it.
+def authenticate(request: web.Request, *, allow_x_api_key: bool = False) -> Principal:
+    """The caller of an inference route, remembered on the request under PRINCIPAL.
     `allow_x_api_key`: the key may come as `x-api-key` too (Anthropic clients send it so)."""
-    if not master_key:
-        return
+    accounting = request.app[ACCOUNTING]
     token = bearer_token(request, allow_x_api_key=allow_x_api_key)
-    if token is None:
+    if token is None and accounting.config.auth.master_key:
         how = "'x-api-key: <key>' or " if allow_x_api_key else ""
         raise AuthenticationFailed(
             f"Missing API key: send it as {how}'Authorization: Bearer <key>'",
             code="missing_api_key",
         )
-    if not hmac.compare_digest(token.encode(), master_key.reveal().encode()):
+    principal = accounting.principal(token)
+    request[PRINCIPAL] = principal
+    return principal
+
+
+async def authorize_admin(request: web.Request) -> None:
+    """The admin API takes the master key only; with no master key configured it is
+    closed to everyone (an open gateway must not hand out keys to anyone who asks)."""
+    accounting = request.app[ACCOUNTING]
+    if not accounting.config.auth.master_key:
+        raise PermissionDenied(
+            "The admin API is disabled: set auth.master_key to use it", code="admin_disabled"
+        )
+    principal = authenticate(request)
+    if principal.kind == "master":
+        return
+    if await accounting.ledger.find_key(principal.secret_hash) is None and principal.static is None:
         raise AuthenticationFailed("Incorrect API key provided")
+    raise PermissionDenied("The admin API needs the master key", code="master_key_required")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gateway.accounting.service import ACCOUNTING
 from gateway.errors import BadRequest
-from gateway.server.auth import authorize
+from gateway.server.auth import authenticate
 from gateway.server.inference import refuse_while_draining, serve_chat
 from gateway.server.request_body import read_json_object, typed
 from gateway.server.state import STATE
@@ -13,7 +14,7 @@ from gateway.wire.openai_chat import ChatRequest, encoder
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    authorize(request, request.app[STATE].config.auth.master_key)
+    authenticate(request)
     refuse_while_draining(request)
     body = await read_json_object(request)
     chat = typed(body, ChatRequest)
@@ -26,7 +27,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def list_models(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    authorize(request, state.config.auth.master_key)
-    return web.Response(
-        body=encoder.encode(state.router.model_list()), content_type="application/json"
-    )
+    key = await request.app[ACCOUNTING].key_of(authenticate(request))
+    models = state.router.model_list()
+    if key is not None and key.models is not None:
+        allowed = set(key.models)  # a virtual key sees the models it may use
+        models.data = [card for card in models.data if card.id in allowed]
+    return web.Response(body=encoder.encode(models), content_type="application/json")

@@ -11,6 +11,10 @@ could take it, the client gets that 400.
 
 Each attempt is bounded by its provider's `total_s` (and connect by `connect_s`) and the
 whole request by `routing.deadline_s`.
+
+Accounting as for chat: admitted (prompt estimate from the body, no output) before the
+first upstream request, settled with the upstream's token count at the input price
+(`x-gateway-cost-usd`), released on failure.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from typing import Any
 from aiohttp import web
 from msgspec import UNSET
 
+from gateway.accounting.prices import usd_text
+from gateway.accounting.service import ACCOUNTING, Target
 from gateway.embeddings.base import (
     EmbeddingsCall,
     EmbeddingsProvider,
@@ -44,13 +50,14 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.routing.router import Attempt
-from gateway.server.auth import authorize
-from gateway.server.inference import refuse_while_draining
+from gateway.server.auth import authenticate
+from gateway.server.inference import COST_HEADER, prompt_estimate, refuse_while_draining
 from gateway.server.request_body import read_json_object, typed
 from gateway.server.state import REQUEST_ID, STATE, GatewayState
 from gateway.stream.http_client import UpstreamResponse
 from gateway.stream.outcome import final_error
 from gateway.stream.transport import open_upstream, read_all
+from gateway.wire.openai_chat import Usage
 from gateway.wire.openai_embeddings import EmbeddingsRequest, EmbeddingsUsage
 
 PARALLEL_PARTS = 8
@@ -79,11 +86,17 @@ def dimensions_of(request: EmbeddingsRequest) -> int | None:
 
 async def embeddings(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    authorize(request, state.config.auth.master_key)
+    principal = authenticate(request)
     refuse_while_draining(request)
     body = await read_json_object(request)
     parsed = typed(body, EmbeddingsRequest)
     inputs = parse_input(parsed.input)
+    accounting = request.app[ACCOUNTING]
+    kinds = {p.name: p.kind for p in state.config.providers}
+    targets = [
+        Target(provider=t.provider, kind=kinds.get(t.provider, ""), model=t.model)
+        for t in state.router.targets(parsed.model)
+    ]
     run = EmbeddingsRun(
         state=state,
         request_id=request[REQUEST_ID],
@@ -93,9 +106,28 @@ async def embeddings(request: web.Request) -> web.Response:
         base64=wants_base64(parsed),
         model=parsed.model,
     )
+    ticket = await accounting.admit(
+        principal,
+        model=parsed.model,
+        targets=targets,
+        prompt_tokens=await prompt_estimate(request),
+        output_cap=0,
+        ticket_id=request[REQUEST_ID],
+    )
     state.enter(run)
     try:
-        return await run.serve()
+        response = await run.serve()
+        tokens = run.usage.prompt_tokens if run.usage is not None else 0
+        served = Target(
+            provider=response.headers["x-gateway-provider"],
+            kind=kinds.get(response.headers["x-gateway-provider"], ""),
+            model=response.headers["x-gateway-model"],
+        )
+        settled = await accounting.settle(
+            ticket, Usage(prompt_tokens=tokens, total_tokens=tokens), estimated=False, target=served
+        )
+        response.headers[COST_HEADER] = usd_text(settled.cost_nanos)
+        return response
     except asyncio.CancelledError:
         if run.shutdown_reason is None:
             raise
@@ -108,6 +140,7 @@ async def embeddings(request: web.Request) -> web.Response:
             err.headers["x-gateway-attempts"] = str(run.attempts)
         raise
     finally:
+        await accounting.release(ticket)  # a no-op once settled
         state.leave(run)
 
 

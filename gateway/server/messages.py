@@ -24,10 +24,12 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from gateway.accounting.service import ACCOUNTING
 from gateway.errors import (
     BadRequest,
     GatewayError,
     NoUpstreamAvailable,
+    PermissionDenied,
     UnknownModel,
     UpstreamError,
     UpstreamProtocolError,
@@ -41,7 +43,7 @@ from gateway.inbound.messages_request import (
 )
 from gateway.providers.base import NativeRequest, UpstreamCall
 from gateway.providers.registry import ADAPTERS
-from gateway.server.auth import authorize
+from gateway.server.auth import PRINCIPAL, authenticate
 from gateway.server.inference import refuse_while_draining, serve_chat
 from gateway.server.request_body import read_json_object, typed
 from gateway.server.state import REQUEST_ID, STATE, GatewayState
@@ -74,7 +76,7 @@ def render_error(err: GatewayError) -> bytes:
 
 
 async def _read_body(request: web.Request) -> tuple[dict[str, Any], InboundRequest]:
-    authorize(request, request.app[STATE].config.auth.master_key, allow_x_api_key=True)
+    authenticate(request, allow_x_api_key=True)
     refuse_while_draining(request)
     body = await read_json_object(request)
     params = typed(body, InboundRequest)
@@ -135,6 +137,9 @@ async def count_tokens(request: web.Request) -> web.Response:
     """Forwarded to the model's first planned target when it is an `anthropic` provider;
     anything else is a 501 rather than an estimate that looks like a count."""
     params = await _read_request(request)
+    key = await request.app[ACCOUNTING].key_of(request[PRINCIPAL])
+    if key is not None and key.models is not None and params.model not in key.models:
+        raise PermissionDenied(f"This key may not use the model '{params.model}'", param="model")
     chat, body = translate_request(params, count_only=True)
     state = request.app[STATE]
     plan = state.router.plan(params.model)

@@ -33,7 +33,7 @@ from gateway.inbound.responses_request import (
 )
 from gateway.inbound.responses_result import Finished
 from gateway.providers.base import NativeRequest
-from gateway.server.auth import authorize
+from gateway.server.auth import authenticate
 from gateway.server.inference import refuse_while_draining, serve_chat
 from gateway.server.request_body import read_json_object, typed
 from gateway.server.state import STATE
@@ -58,7 +58,7 @@ async def _previous(kv: KeyValueStore, response_id: str) -> StoredResponse:
 
 async def create_response(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    authorize(request, state.config.auth.master_key)
+    authenticate(request)
     refuse_while_draining(request)
     body = await read_json_object(request)
     parsed = typed(body, ResponsesRequest)

@@ -56,11 +56,16 @@ class RedisKV:
         )
         self._client = Redis(connection_pool=pool)
 
+    @property
+    def client(self) -> Redis:
+        """The connection pool's client, shared with the accounting store (redis_ledger)."""
+        return self._client
+
     async def get(self, key: str) -> bytes | None:
         try:
             value = await self._client.get(KEY_PREFIX + key)
         except (RedisError, OSError) as exc:
-            raise self._unavailable(exc) from exc
+            raise self.unavailable(exc) from exc
         # decode_responses is off, so redis-py hands back bytes (its stubs also allow str).
         return cast("bytes | None", value)
 
@@ -73,7 +78,7 @@ class RedisKV:
             else:
                 await self._client.delete(KEY_PREFIX + key)
         except (RedisError, OSError) as exc:
-            raise self._unavailable(exc) from exc
+            raise self.unavailable(exc) from exc
 
     async def ping(self) -> bool:
         try:
@@ -84,6 +89,6 @@ class RedisKV:
     async def close(self) -> None:
         await self._client.aclose(close_connection_pool=True)
 
-    def _unavailable(self, exc: BaseException) -> StoreUnavailable:
+    def unavailable(self, exc: BaseException) -> StoreUnavailable:
         # redis-py's messages name the host and the server's reply, never the password.
         return StoreUnavailable(f"redis store {self.where}: {type(exc).__name__}: {exc}")

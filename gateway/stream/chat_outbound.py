@@ -2,6 +2,11 @@
 
 Sans-IO: chunks in, bytes out. A chunk the accumulator left unchanged goes out as the
 upstream's own bytes; anything the gateway built or corrected is encoded here.
+
+The usage chunk a client asked for (`stream_options.include_usage`) carries the request's
+cost as `usage.cost_usd` (a JSON number, USD) once accounting has set `cost_usd`: an extra
+field, which OpenAI's clients keep without complaint (openai-python exposes it in
+`usage.model_extra`).
 """
 
 from __future__ import annotations
@@ -9,11 +14,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
+
 from gateway.errors import GatewayError
 from gateway.framing.sse import DONE, encode_comment
 from gateway.providers.base import UnaryResult, UpstreamCall
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import ChatChunk, ErrorBody, ErrorDetail, encoder
+
+_any_json = msgspec.json.Decoder()
 
 KEEPALIVE = encode_comment("keep-alive")
 
@@ -31,10 +40,11 @@ class ChatOutbound:
     passthrough = False
     settle: Callable[[], Awaitable[None]] | None = None  # nothing to settle
 
-    __slots__ = ("include_usage",)
+    __slots__ = ("cost_usd", "include_usage")
 
     def __init__(self, include_usage: bool) -> None:
         self.include_usage = include_usage
+        self.cost_usd: str | None = None  # set by accounting before `end()`: USD, decimal
 
     def start_attempt(self, native: bool, call: UpstreamCall | None = None) -> None:
         pass  # no per-attempt state: chat upstreams are translated or forwarded chunk by chunk
@@ -52,7 +62,9 @@ class ChatOutbound:
         if missing:
             parts.append(self.chunk(self._template(acc, choices=missing), None))
         if self.include_usage and acc.usage is not None:
-            if usage_raw is not None:
+            if self.cost_usd is not None:
+                parts.append(self._costed_usage(acc, usage_raw, self.cost_usd))
+            elif usage_raw is not None:
                 parts.append(self.chunk(acc.usage_chunk or ChatChunk(), usage_raw))
             else:
                 usage_chunk = self._template(acc, choices=[])
@@ -60,6 +72,16 @@ class ChatOutbound:
                 parts.append(self.chunk(usage_chunk, None))
         parts.append(DONE)
         return b"".join(parts)
+
+    def _costed_usage(self, acc: StreamAccumulator, usage_raw: bytes | None, cost: str) -> bytes:
+        """The usage chunk (the upstream's own, or one built here) with `usage.cost_usd`."""
+        chunk: Any = _any_json.decode(usage_raw) if usage_raw is not None else None
+        if not isinstance(chunk, dict) or not isinstance(chunk.get("usage"), dict):
+            built = self._template(acc, choices=[])
+            built.usage = acc.usage
+            chunk = msgspec.to_builtins(built)
+        chunk["usage"]["cost_usd"] = float(cost)
+        return b"data: " + encoder.encode(chunk) + b"\n\n"
 
     def error(self, err: GatewayError) -> bytes:
         """A failure after the commit point: an error event, then [DONE]; never a silent end."""

@@ -1,0 +1,175 @@
+"""Prices: the shipped table (prices.json, in this package), config overrides, and the cost
+of one request's usage in integer nanodollars.
+
+A price is USD per million tokens, which is the same number as microdollars per token; a
+cost is kept as an integer count of nanodollars (1e-9 USD): exact, summable by any store
+(redis counters and sqlite integers), and a thousand times finer than the microdollar the
+contract asks for. Arithmetic is Decimal, rounded half-up to the nanodollar once per request.
+
+Lookup takes what an upstream or a config calls a model and finds its table entry: a
+provider prefix (`openai/gpt-4.1`, `models/gemini-2.5-pro`), a Bedrock region and vendor
+prefix and version suffix (`us.anthropic.claude-sonnet-4-5-20250929-v1:0`), a Vertex
+`@date` and a dated id (`gpt-4.1-2025-04-14`, `claude-sonnet-4-5-20250929`) all resolve to
+the base entry; failing that, the longest table id that the name extends at a `-` boundary
+(`gemini-2.5-flash-preview-09-2025` -> `gemini-2.5-flash`). Models of the `ollama` and
+`mock` kinds are free (self-hosted); anything else not found has no price (cost 0, and the
+caller logs it once).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from importlib import resources
+from typing import Any
+
+from gateway.config import Price
+from gateway.wire.openai_chat import UNSET, Usage
+
+NANOS_PER_USD = 10**9
+# USD per Mtok == microdollars per token == 1000 nanodollars per token
+_NANOS_PER_TOKEN_PER_MTOK_PRICE = Decimal(1000)
+_DATED = re.compile(r"(@\d{8}|-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
+_BEDROCK_REGION = re.compile(r"^(us|eu|apac|global|us-gov|jp|au)\.")
+_BEDROCK_VENDOR = re.compile(r"^(anthropic|amazon|meta|cohere|mistral|ai21)\.")
+_BEDROCK_VERSION = re.compile(r"-v\d+(:\d+)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPrice:
+    """USD per million tokens; None for cached input or reasoning: priced as input/output."""
+
+    input: Decimal
+    output: Decimal
+    cached_input: Decimal | None = None
+    reasoning_output: Decimal | None = None
+    source: str = ""
+    date: str = ""
+
+    @classmethod
+    def of(cls, price: Price) -> ModelPrice:
+        """A config `models[].price` (floats, read through their shortest repr)."""
+        cached, reasoning = price.cached_input_per_mtok, price.reasoning_output_per_mtok
+        return cls(
+            input=Decimal(repr(price.input_per_mtok)),
+            output=Decimal(repr(price.output_per_mtok)),
+            cached_input=None if cached is None else Decimal(repr(cached)),
+            reasoning_output=None if reasoning is None else Decimal(repr(reasoning)),
+            source="config",
+        )
+
+
+FREE = ModelPrice(input=Decimal(0), output=Decimal(0), source="self-hosted")
+
+
+def _clamp(value: int | Any, top: int) -> int:
+    if not isinstance(value, int) or value < 0:
+        return 0
+    return min(value, top)
+
+
+def cost_nanos(usage: Usage, price: ModelPrice) -> int:
+    """The cost of `usage` at `price`. Usage follows OpenAI's convention: cached tokens are
+    part of prompt_tokens and reasoning tokens part of completion_tokens."""
+    prompt = max(usage.prompt_tokens, 0)
+    completion = max(usage.completion_tokens, 0)
+    details = usage.prompt_tokens_details
+    cached = 0
+    if details is not UNSET and details is not None:
+        cached = _clamp(details.cached_tokens, prompt)
+    out_details = usage.completion_tokens_details
+    reasoning = 0
+    if out_details is not UNSET and out_details is not None:
+        reasoning = _clamp(out_details.reasoning_tokens, completion)
+    cached_price = price.input if price.cached_input is None else price.cached_input
+    reasoning_price = price.output if price.reasoning_output is None else price.reasoning_output
+    micro = (
+        (prompt - cached) * price.input
+        + cached * cached_price
+        + (completion - reasoning) * price.output
+        + reasoning * reasoning_price
+    )
+    return int((micro * _NANOS_PER_TOKEN_PER_MTOK_PRICE).to_integral_value(ROUND_HALF_UP))
+
+
+def most_cost_nanos(input_tokens: int, output_tokens: int, price: ModelPrice) -> int:
+    """The most these token counts can cost: no cache hit, and every output token at the
+    dearer of the output and reasoning prices (what a reservation must cover)."""
+    dearest = max(price.output, price.reasoning_output or price.output)
+    micro = input_tokens * price.input + output_tokens * dearest
+    return int((micro * _NANOS_PER_TOKEN_PER_MTOK_PRICE).to_integral_value(ROUND_HALF_UP))
+
+
+def usd(nanos: int) -> Decimal:
+    """Nanodollars as USD, exact."""
+    return Decimal(nanos).scaleb(-9)
+
+
+def usd_text(nanos: int) -> str:
+    """Nanodollars as a plain decimal USD string (`0.000123450`), never in exponent form."""
+    return f"{usd(nanos):.9f}"
+
+
+def nanos_of_usd(value: float | int | str | Decimal) -> int:
+    """A USD amount from config or the admin API as nanodollars (floats by their repr)."""
+    if isinstance(value, Decimal):
+        amount = value
+    else:
+        amount = Decimal(repr(value) if isinstance(value, float) else str(value))
+    return int((amount * NANOS_PER_USD).to_integral_value(ROUND_HALF_UP))
+
+
+def normalize(model: str) -> str:
+    name = model.strip().lower().rpartition("/")[2]
+    name = _BEDROCK_REGION.sub("", name, count=1)
+    name = _BEDROCK_VENDOR.sub("", name, count=1)
+    return _BEDROCK_VERSION.sub("", name, count=1)
+
+
+class PriceTable:
+    """The shipped table plus the kinds whose models are free."""
+
+    def __init__(self, entries: dict[str, ModelPrice], free_kinds: frozenset[str]) -> None:
+        self._entries = entries
+        self._by_length = sorted(entries, key=len, reverse=True)
+        self.free_kinds = free_kinds
+
+    @classmethod
+    def shipped(cls) -> PriceTable:
+        text = resources.files("gateway.accounting").joinpath("prices.json").read_text("utf-8")
+        data = json.loads(text)
+        entries = {
+            row["model"]: ModelPrice(
+                input=Decimal(row["input"]),
+                output=Decimal(row["output"]),
+                cached_input=_decimal_or_none(row.get("cached_input")),
+                reasoning_output=_decimal_or_none(row.get("reasoning_output")),
+                source=row["source"],
+                date=row["date"],
+            )
+            for row in data["models"]
+        }
+        return cls(entries, frozenset(data["free_kinds"]))
+
+    def lookup(self, model: str, kind: str | None = None) -> ModelPrice | None:
+        """The price of upstream model id `model` served by a provider of `kind`."""
+        if kind in self.free_kinds:
+            return FREE
+        name = normalize(model)
+        found = self._entries.get(name)
+        if found is not None:
+            return found
+        undated = _DATED.sub("", name)
+        found = self._entries.get(undated)
+        if found is not None:
+            return found
+        for known in self._by_length:
+            if undated.startswith(known + "-"):
+                return self._entries[known]
+        return None
+
+
+def _decimal_or_none(value: str | None) -> Decimal | None:
+    return None if value is None else Decimal(value)
