@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from aiohttp import web
 
 from gateway.accounting.service import ACCOUNTING, Accounting
 from gateway.config import Config
+from gateway.observability.access import access_log_flusher, observe_middleware
+from gateway.observability.metrics import GatewayMetrics, model_names
 from gateway.providers.registry import make_adapter
 from gateway.routing.router import Router
 from gateway.routing.sync import health_sync
@@ -18,6 +21,7 @@ from gateway.server.embeddings import embeddings
 from gateway.server.errors import ERROR_SHAPES, error_middleware
 from gateway.server.health import healthz, readyz
 from gateway.server.messages import count_tokens, messages, render_error
+from gateway.server.metrics_route import metrics
 from gateway.server.responses import create_response
 from gateway.server.state import STATE, GatewayState
 from gateway.store.ledger import make_ledger
@@ -25,11 +29,15 @@ from gateway.store.ledger import make_ledger
 log = logging.getLogger("gateway")
 
 
-def build_app(config: Config) -> web.Application:
+def build_app(config: Config, metrics_dir: Path | None = None) -> web.Application:
+    """`metrics_dir`: where the workers of a multi-process gateway keep their metric values
+    (gateway/server/runner.py); None: in this process's memory."""
     adapters = {p.name: make_adapter(p) for p in config.providers}
-    state = GatewayState(config, Router(config, adapters))
+    gateway_metrics = GatewayMetrics(models=model_names(config), directory=metrics_dir)
+    state = GatewayState(config, Router(config, adapters, metrics=gateway_metrics))
     app = web.Application(
-        middlewares=[error_middleware],
+        # inside the error middleware: it sees the handler's errors before they are rendered
+        middlewares=[error_middleware, observe_middleware(gateway_metrics)],
         client_max_size=config.server.max_body_bytes,
         handler_args={"access_log": None},
     )
@@ -44,9 +52,11 @@ def build_app(config: Config) -> web.Application:
     app.router.add_post("/v1/responses", create_response)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/admin/health", admin_health)
     add_admin_routes(app)
     app.cleanup_ctx.append(health_sync(state.router, state.kv, config.store.url))
+    app.cleanup_ctx.append(access_log_flusher)
     app.on_cleanup.append(_close_pool)
     if not config.auth.master_key:
         log.warning("auth.master_key is empty: the gateway is open to anyone who can reach it")

@@ -72,6 +72,14 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fro
     keepalive_s: float = 15.0  # `: keep-alive` comment interval on a silent committed stream
 
 
+class LoggingConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """What the gateway logs (docs/operations.md, "Logs"); everything goes to stderr."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["text", "json"] = "text"  # of every line but the access log's
+    access_log: bool = True  # one JSON line per request on logger `gateway.access` (info)
+
+
 class RoutingConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """Failover and retries across targets and keys."""
 
@@ -202,6 +210,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     routing: RoutingConfig = msgspec.field(default_factory=RoutingConfig)
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    logging: LoggingConfig = msgspec.field(default_factory=LoggingConfig)
     providers: list[ProviderConfig] = []
     models: list[ModelConfig] = []
     keys: list[VirtualKeyConfig] = []

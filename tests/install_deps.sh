@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
-# Installs what the tests need outside the Python venv: redis-server (Debian's package), which
-# the store tests start on a free loopback port of their own (tests/redis_server.py).
-# Idempotent and quick: does nothing when redis-server is already on PATH. Never starts the
-# system's redis service. Fails loudly (non-zero, message on stderr) when it cannot install.
+# Installs what the tests need outside the Python venv, from Debian's packages:
+#   redis-server  the store tests start one on a free loopback port (tests/redis_server.py)
+#   prometheus    the dashboard test starts one scraping a gateway (tests/prometheus_server.py)
+# Idempotent and quick: does nothing when every binary is already on PATH. Never starts the
+# system's services. Fails loudly (non-zero, message on stderr) when it cannot install.
 set -euo pipefail
 
 NAME="tests/install_deps.sh"
-if command -v redis-server >/dev/null 2>&1; then
+# binary on PATH -> the Debian package that provides it
+declare -A PACKAGE_OF=([redis-server]=redis-server [prometheus]=prometheus)
+
+MISSING=()
+for binary in "${!PACKAGE_OF[@]}"; do
+  if ! command -v "$binary" >/dev/null 2>&1; then
+    MISSING+=("${PACKAGE_OF[$binary]}")
+  fi
+done
+if [ "${#MISSING[@]}" -eq 0 ]; then
   exit 0
 fi
 
 if ! command -v apt-get >/dev/null 2>&1; then
-  echo "$NAME: redis-server is not on PATH and apt-get is missing; install redis-server by hand" >&2
+  echo "$NAME: ${MISSING[*]} not on PATH and apt-get is missing; install them by hand" >&2
   exit 1
 fi
 
@@ -20,41 +30,43 @@ if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null 2>&1; then
     SUDO=(sudo -n)
   else
-    echo "$NAME: installing redis-server needs root (or sudo)" >&2
+    echo "$NAME: installing ${MISSING[*]} needs root (or sudo)" >&2
     exit 1
   fi
 fi
 
-# The package's maintainer scripts start the service through invoke-rc.d (or
+# The packages' maintainer scripts start their services through invoke-rc.d (or
 # deb-systemd-invoke), both of which ask /usr/sbin/policy-rc.d first; exit code 101 means
 # "do not start". A policy the machine already has is left as it is.
 POLICY=/usr/sbin/policy-rc.d
 if [ ! -e "$POLICY" ]; then
-  printf '#!/bin/sh\n# written by %s while it installs redis-server\nexit 101\n' "$NAME" |
+  printf '#!/bin/sh\n# written by %s while it installs packages\nexit 101\n' "$NAME" |
     "${SUDO[@]}" tee "$POLICY" >/dev/null
   "${SUDO[@]}" chmod 755 "$POLICY"
   trap '"${SUDO[@]}" rm -f "$POLICY"' EXIT
 fi
 
-install_redis() {
+install_missing() {
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+    apt-get install -y -qq --no-install-recommends "${MISSING[@]}" >/dev/null
 }
 
-echo "$NAME: installing redis-server (apt-get)" >&2
-if ! install_redis; then
+echo "$NAME: installing ${MISSING[*]} (apt-get)" >&2
+if ! install_missing; then
   # A fresh machine may have no package lists yet, or stale ones.
   echo "$NAME: retrying after apt-get update" >&2
   if ! "${SUDO[@]}" apt-get update -qq >/dev/null; then
     echo "$NAME: apt-get update failed" >&2
     exit 1
   fi
-  if ! install_redis; then
-    echo "$NAME: apt-get install redis-server failed" >&2
+  if ! install_missing; then
+    echo "$NAME: apt-get install ${MISSING[*]} failed" >&2
     exit 1
   fi
 fi
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "$NAME: redis-server still not on PATH after install" >&2
-  exit 1
-fi
+for binary in "${!PACKAGE_OF[@]}"; do
+  if ! command -v "$binary" >/dev/null 2>&1; then
+    echo "$NAME: $binary still not on PATH after installing ${PACKAGE_OF[$binary]}" >&2
+    exit 1
+  fi
+done

@@ -15,7 +15,7 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.routing.health import AUTH_FAILED, CIRCUIT_OPEN, RECOVERED, KeyHealth
 
 if TYPE_CHECKING:
-    from prometheus_client import Counter
+    from gateway.observability.metrics import Counter
 
 log = logging.getLogger("gateway.routing")
 

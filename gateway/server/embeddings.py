@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from time import perf_counter
 from typing import Any
 
 from aiohttp import web
@@ -49,9 +50,16 @@ from gateway.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
+from gateway.observability.access import RECORD
 from gateway.routing.router import Attempt
 from gateway.server.auth import authenticate
-from gateway.server.inference import COST_HEADER, prompt_estimate, refuse_while_draining
+from gateway.server.inference import (
+    COST_HEADER,
+    key_name,
+    prompt_estimate,
+    record_usage,
+    refuse_while_draining,
+)
 from gateway.server.request_body import read_json_object, typed
 from gateway.server.state import REQUEST_ID, STATE, GatewayState
 from gateway.stream.http_client import UpstreamResponse
@@ -90,6 +98,9 @@ async def embeddings(request: web.Request) -> web.Response:
     refuse_while_draining(request)
     body = await read_json_object(request)
     parsed = typed(body, EmbeddingsRequest)
+    record = request.get(RECORD)
+    if record is not None:
+        record.model, record.key = parsed.model, key_name(principal)
     inputs = parse_input(parsed.input)
     accounting = request.app[ACCOUNTING]
     kinds = {p.name: p.kind for p in state.config.providers}
@@ -114,7 +125,10 @@ async def embeddings(request: web.Request) -> web.Response:
         output_cap=0,
         ticket_id=request[REQUEST_ID],
     )
+    if record is not None and ticket.key is not None:
+        record.key = ticket.key.name
     state.enter(run)
+    started = perf_counter()
     try:
         response = await run.serve()
         tokens = run.usage.prompt_tokens if run.usage is not None else 0
@@ -123,9 +137,9 @@ async def embeddings(request: web.Request) -> web.Response:
             kind=kinds.get(response.headers["x-gateway-provider"], ""),
             model=response.headers["x-gateway-model"],
         )
-        settled = await accounting.settle(
-            ticket, Usage(prompt_tokens=tokens, total_tokens=tokens), estimated=False, target=served
-        )
+        usage = Usage(prompt_tokens=tokens, total_tokens=tokens)
+        settled = await accounting.settle(ticket, usage, estimated=False, target=served)
+        record_usage(record, usage, settled)
         response.headers[COST_HEADER] = usd_text(settled.cost_nanos)
         return response
     except asyncio.CancelledError:
@@ -142,6 +156,13 @@ async def embeddings(request: web.Request) -> web.Response:
     finally:
         await accounting.release(ticket)  # a no-op once settled
         state.leave(run)
+        if record is not None:
+            record.attempts = run.attempts
+            if run.attempt is not None:
+                record.provider = run.attempt.provider.name
+                record.upstream_model = run.attempt.model
+                record.overhead_s = started - record.received + run.gateway_s
+                record.first_token_at = run.answered_at
 
 
 class EmbeddingsRun:
@@ -168,6 +189,11 @@ class EmbeddingsRun:
         self._loop = asyncio.get_running_loop()
         self._deadline = self._loop.time() + state.config.routing.deadline_s
         self.attempts = 0
+        self.attempt: Attempt | None = None  # the last one that sent upstream requests
+        # perf_counter times: the gateway's own time (before sending, merging the answers)
+        # and when the last attempt's answers were all in
+        self.gateway_s = 0.0
+        self.answered_at = 0.0
         self.usage: EmbeddingsUsage | None = None
         self.shutdown_reason: str | None = None
         self._task = asyncio.current_task()
@@ -200,6 +226,7 @@ class EmbeddingsRun:
         raise NoUpstreamAvailable("no upstream target could be tried for this model")
 
     async def _try(self, attempt: Attempt) -> web.Response:
+        mark = perf_counter()
         family = embeddings_provider(attempt.provider)
         call = EmbeddingsCall(
             inputs=self._inputs,
@@ -221,6 +248,8 @@ class EmbeddingsRun:
             parts = family.plan(call)
         timeouts = attempt.provider.timeouts
         until = min(self._loop.time() + timeouts.total_s, self._deadline)
+        self.attempt = attempt
+        self.gateway_s += perf_counter() - mark
         try:
             async with asyncio.timeout_at(until):
                 results = await self._send_all(attempt, family, call, parts)
@@ -228,10 +257,13 @@ class EmbeddingsRun:
             raise UpstreamTimeout(
                 f"the upstream did not answer within {timeouts.total_s:g}s"
             ) from None
+        self.answered_at = mark = perf_counter()
         vectors, tokens = merge(call, parts, results)
         self.usage = EmbeddingsUsage(prompt_tokens=tokens, total_tokens=tokens)
+        body = render(vectors, self._model, tokens, self._base64)
+        self.gateway_s += perf_counter() - mark
         return web.Response(
-            body=render(vectors, self._model, tokens, self._base64),
+            body=body,
             content_type="application/json",
             headers={
                 "x-request-id": self._request_id,

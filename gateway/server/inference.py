@@ -10,19 +10,34 @@ usage chunk carries the cost, and a client that saw the end was charged); for a
 non-streaming answer before it is returned (`x-gateway-cost-usd`). A stream cut off after
 the commit point (client gone, upstream failed) is settled with an estimate of what was
 streamed; a request that failed before it is released.
+
+What the request's metrics and access line need (gateway/observability/access.py) is put on
+its `RequestRecord` here: model, key name, provider, attempts, usage, cost, the time of the
+first token and the gateway's own time (`overhead_s`: request received -> the actor starts,
+plus the actor's time before each upstream request and processing what came back).
 """
 
 from __future__ import annotations
 
+from time import perf_counter
 from typing import Any
 
 from aiohttp import web
 
 from gateway.accounting.prices import usd_text
-from gateway.accounting.service import ACCOUNTING, Accounting, Settled, Target, Ticket
+from gateway.accounting.service import (
+    ACCOUNTING,
+    Accounting,
+    Principal,
+    Settled,
+    Target,
+    Ticket,
+)
 from gateway.accounting.usage import estimated_usage, output_cap, tokens_of_chars
 from gateway.emulation.request import emulate_tools
 from gateway.errors import GatewayError, NoUpstreamAvailable
+from gateway.observability.access import RECORD, RequestRecord
+from gateway.observability.metrics import OTHER_ROUTE
 from gateway.providers.base import NativeRequest
 from gateway.routing.router import Attempt
 from gateway.server.auth import PRINCIPAL
@@ -30,7 +45,7 @@ from gateway.server.state import REQUEST_ID, STATE
 from gateway.stream.actor import StreamActor
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.outbound import Outbound
-from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import ChatRequest, PromptTokensDetails, Usage
 
 COST_HEADER = "x-gateway-cost-usd"
 ESTIMATED_HEADER = "x-gateway-cost-estimated"
@@ -64,6 +79,11 @@ async def serve_chat(
     when None), `native` the client's own request for upstreams that speak its API."""
     state = request.app[STATE]
     accounting = request.app[ACCOUNTING]
+    record = request.get(RECORD)
+    if record is not None:
+        record.model, record.stream = chat.model, bool(chat.stream)
+        principal = request.get(PRINCIPAL)
+        record.key = key_name(principal) if principal is not None else None
     plan = state.router.plan(chat.model)
     emulation = None
     if state.router.emulates_tools(chat.model):
@@ -80,10 +100,12 @@ async def serve_chat(
         output_cap=output_cap(chat),
         ticket_id=request_id,
     )
+    if record is not None and ticket.key is not None:
+        record.key = ticket.key.name
     chat_outbound = outbound if isinstance(outbound, ChatOutbound) else None
 
     async def on_answer(actor: StreamActor) -> None:
-        settled = await _settle(accounting, ticket, actor)
+        settled = await _settle(accounting, ticket, actor, record=record)
         if chat_outbound is not None and settled is not None:
             chat_outbound.cost_usd = usd_text(settled.cost_nanos)
 
@@ -103,22 +125,32 @@ async def serve_chat(
         tool_emulation=emulation,
         on_answer=on_answer,
     )
+    streams = None
+    if actor.stream:
+        route = record.route if record is not None else OTHER_ROUTE
+        streams = state.router.metrics.active_streams_for(route)
+        streams.inc()
     state.enter(actor)
+    started = perf_counter()
     try:
         response = await actor.run()
     except GatewayError as err:
-        await _after_failure(accounting, ticket, actor)
+        await _after_failure(accounting, ticket, actor, record)
         if actor.attempts:
             err.headers["x-gateway-attempts"] = str(actor.attempts)
         raise
     except BaseException:
-        await _after_failure(accounting, ticket, actor)
+        await _after_failure(accounting, ticket, actor, record)
         raise
     finally:
         state.leave(actor)
+        if streams is not None:
+            streams.dec()
+        if record is not None:
+            _observed(record, actor, started)
     if not ticket.done:
         # a non-streaming answer, or a stream cut off after its commit point
-        settled = await _settle(accounting, ticket, actor, response)
+        settled = await _settle(accounting, ticket, actor, response, record=record)
         if settled is not None and not actor.stream:
             response.headers[COST_HEADER] = usd_text(settled.cost_nanos)
             if settled.estimated:
@@ -126,11 +158,44 @@ async def serve_chat(
     return response
 
 
+def key_name(principal: Principal) -> str | None:
+    """How the access log names the caller before the store has been asked."""
+    if principal.static is not None:
+        return principal.static.name
+    return "master" if principal.kind == "master" else None
+
+
+def _observed(record: RequestRecord, actor: StreamActor, started: float) -> None:
+    attempt = actor.attempt
+    record.attempts = actor.attempts
+    if attempt is None:
+        return
+    record.provider, record.upstream_model = attempt.provider.name, attempt.model
+    record.first_token_at = actor.first_token_at
+    record.overhead_s = started - record.received + actor.gateway_s
+    failed = actor.stream_error
+    if failed is not None:
+        record.failed_status, record.error = failed.status, failed.code or failed.type
+
+
+def record_usage(record: RequestRecord | None, usage: Usage, settled: Settled) -> None:
+    if record is None:
+        return
+    record.input_tokens = max(usage.prompt_tokens, 0)
+    record.output_tokens = max(usage.completion_tokens, 0)
+    details = usage.prompt_tokens_details
+    cached = details.cached_tokens if isinstance(details, PromptTokensDetails) else None
+    record.cached_tokens = cached if isinstance(cached, int) else 0
+    record.cost_usd = settled.cost_nanos / 1e9
+
+
 async def _settle(
     accounting: Accounting,
     ticket: Ticket,
     actor: StreamActor,
     response: web.StreamResponse | None = None,
+    *,
+    record: RequestRecord | None = None,
 ) -> Settled | None:
     if actor.attempt is None:
         await accounting.release(ticket)
@@ -145,17 +210,21 @@ async def _settle(
             text = body.decode("utf-8", "replace") if isinstance(body, bytes) else ""
         usage = estimated_usage(actor.accumulator, ticket.prompt_tokens, text)
         estimated = True
-    return await accounting.settle(
+    settled = await accounting.settle(
         ticket, usage, estimated=estimated, target=target_of(actor.attempt)
     )
+    record_usage(record, usage, settled)
+    return settled
 
 
-async def _after_failure(accounting: Accounting, ticket: Ticket, actor: StreamActor) -> None:
+async def _after_failure(
+    accounting: Accounting, ticket: Ticket, actor: StreamActor, record: RequestRecord | None
+) -> None:
     """A request that ends in an error (or a cancellation): a stream the client already
     received part of is charged for that part; anything else gives its reservation back."""
     if ticket.done:
         return
     if actor.committed and actor.stream:
-        await _settle(accounting, ticket, actor)
+        await _settle(accounting, ticket, actor, record=record)
     else:
         await accounting.release(ticket)

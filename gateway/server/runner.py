@@ -6,6 +6,12 @@ committed stream with an error event, anything else with a 503), and the process
 With `--workers N` a parent process starts N workers, each binding the port with
 SO_REUSEPORT so the kernel spreads connections; the parent forwards signals, restarts a
 worker that dies on its own, and exits once every worker has drained.
+
+Metrics with N workers: the parent makes a fresh directory before starting any worker; each
+worker keeps its metric values in a file there, and `/metrics` on any worker merges them all
+(gateway/observability/segments.py). When a worker dies the parent marks its file dead (its
+counters still count, its gauges no longer do); the directory is removed when the parent
+exits. Logging is set up from `config.logging` in the parent and in every worker.
 """
 
 from __future__ import annotations
@@ -16,16 +22,21 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from aiohttp import web
 
 from gateway.app import build_app
 from gateway.config import Config
+from gateway.observability.logs import configure_logging
+from gateway.observability.segments import retire
 from gateway.server.state import STATE
 
 log = logging.getLogger("gateway.server")
@@ -51,16 +62,16 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     return uvloop.new_event_loop
 
 
-def run_worker(config: Config, sock: socket.socket) -> int:
+def run_worker(config: Config, sock: socket.socket, metrics_dir: Path | None = None) -> int:
     """Serve on `sock` until SIGTERM/SIGINT, then drain; the process's exit code."""
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(_serve(config, sock))
+        runner.run(_serve(config, sock, metrics_dir))
     return 0
 
 
-async def _serve(config: Config, sock: socket.socket) -> None:
+async def _serve(config: Config, sock: socket.socket, metrics_dir: Path | None) -> None:
     sock.listen(4096)
-    app = build_app(config)
+    app = build_app(config, metrics_dir)
     runner = web.AppRunner(
         app, handler_cancellation=True, access_log=None, shutdown_timeout=LAST_REQUESTS_GRACE_S
     )
@@ -96,29 +107,39 @@ async def _drain(app: web.Application, site: web.BaseSite, grace_s: float) -> No
     log.info("drained")
 
 
-def _worker_main(config: Config, host: str, port: int) -> None:
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    sys.exit(run_worker(config, bind_socket(host, port, reuse_port=True)))
+def _worker_main(config: Config, host: str, port: int, metrics_dir: Path) -> None:
+    configure_logging(config)
+    sys.exit(run_worker(config, bind_socket(host, port, reuse_port=True), metrics_dir))
 
 
+# what the command line logs before the config is read (then `config.logging` applies)
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
 
 
 def serve(config: Config, *, host: str, port: int, workers: int) -> int:
+    configure_logging(config)
     if workers <= 1:
         return run_worker(config, bind_socket(host, port, reuse_port=False))
     # The parent holds the port (bound, never listening) so that port 0 resolves once.
     holder = bind_socket(host, port, reuse_port=True)
     port = holder.getsockname()[1]
-    return _supervise(config, host, port, workers, holder)
+    metrics_dir = Path(tempfile.mkdtemp(prefix="gateway-metrics-"))
+    try:
+        return _supervise(config, host, port, workers, holder, metrics_dir)
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def _supervise(config: Config, host: str, port: int, workers: int, holder: socket.socket) -> int:
+def _supervise(
+    config: Config, host: str, port: int, workers: int, holder: socket.socket, metrics_dir: Path
+) -> int:
     ctx = multiprocessing.get_context("spawn")
     stopping = False
 
     def start() -> multiprocessing.process.BaseProcess:
-        proc = ctx.Process(target=_worker_main, args=(config, host, port), daemon=False)
+        proc = ctx.Process(
+            target=_worker_main, args=(config, host, port, metrics_dir), daemon=False
+        )
         proc.start()
         return proc
 
@@ -142,6 +163,8 @@ def _supervise(config: Config, host: str, port: int, workers: int, holder: socke
             if proc.is_alive():
                 continue
             procs.remove(proc)
+            if proc.pid is not None:
+                retire(metrics_dir, proc.pid)
             if not stopping:
                 log.error("worker %s exited with %s; starting another", proc.pid, proc.exitcode)
                 time.sleep(0.5)

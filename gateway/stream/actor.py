@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from time import perf_counter
 from typing import Any
 
 from aiohttp import web
@@ -26,6 +27,7 @@ from gateway.config import ServerConfig
 from gateway.emulation.request import ToolEmulation
 from gateway.emulation.translator import EmulatedToolCalls
 from gateway.errors import (
+    GatewayError,
     NoUpstreamAvailable,
     UpstreamError,
     UpstreamProtocolError,
@@ -51,10 +53,10 @@ from gateway.stream.transport import (
     access_token,
     answered,
     open_upstream,
-    read_all,
     send_upstream,
     speaks,
 )
+from gateway.stream.unary import serve_accumulated, serve_unary
 from gateway.wire.openai_chat import ChatRequest, Usage
 
 
@@ -94,29 +96,36 @@ class StreamActor:
         self._on_answer = on_answer
         self.request_id = request_id
         self._headers = headers
-        self._loop = asyncio.get_running_loop()
-        self.started = self._loop.time()
+        self.loop = asyncio.get_running_loop()
+        self.started = self.loop.time()
         self.created = int(time.time())
-        self._deadline = self.started + deadline_s
+        self.deadline = self.started + deadline_s
         self.stream = bool(request.stream)
         if outbound is None:
             options = request.stream_options
             outbound = ChatOutbound(bool(options and options.include_usage))
-        self._outbound = outbound
+        self.outbound = outbound
         self._native = native
         self.attempts = 0
         self.attempt: Attempt | None = None
-        self.client = ClientStream(http, self._loop)
+        self.client = ClientStream(http, self.loop)
         self.client.keepalive_bytes = outbound.keepalive
         self.accumulator: StreamAccumulator | None = None
         self._task: asyncio.Task[Any] | None = None
         self._shutdown_reason: str | None = None
         self.usage: Usage | None = None
-        # How the current attempt ended when it still returned a response: an upstream error
-        # after the commit point, or a client that left (which says nothing about the key).
-        self._late_error: UpstreamError | None = None
+        # How the current attempt ended when it still returned a response: the error a
+        # committed stream ended with (an upstream's, or the shutdown's), or a client that
+        # left (which says nothing about the key).
+        self.stream_error: GatewayError | None = None
         self._released = False
-        self._first_byte = 0.0  # loop time of the attempt's first upstream body byte
+        self.first_byte = 0.0  # loop time of the attempt's first upstream body byte
+        # For the metrics and the access log (perf_counter times): when the served attempt's
+        # first output arrived, and the gateway's own time (before each upstream request, and
+        # processing what came back; upstream waits excluded).
+        self.first_token_at = 0.0
+        self.gateway_s = 0.0
+        self._attempt_mark = 0.0
 
     @property
     def committed(self) -> bool:
@@ -139,8 +148,8 @@ class StreamActor:
         skipped: list[tuple[float, bool]] = []
         previous: Attempt | None = None
         for attempt in self._plan:
-            started = self._loop.time()
-            if started >= self._deadline:
+            started = self.loop.time()
+            if started >= self.deadline:
                 break
             health = attempt.health
             now = time.monotonic()
@@ -155,7 +164,8 @@ class StreamActor:
             previous = attempt
             self.attempts += 1
             self.attempt = attempt
-            self._late_error, self._released, self._first_byte = None, False, 0.0
+            self.stream_error, self._released, self.first_byte = None, False, 0.0
+            self.first_token_at, self._attempt_mark = 0.0, perf_counter()
             try:
                 response = await self._serve(attempt)
             except UpstreamError as err:
@@ -181,21 +191,21 @@ class StreamActor:
             return await self._serve_stream(attempt)
         # emulated tool calls are parsed from the text: the upstream streams then
         if attempt.adapter.native_unary and self._emulation is None:
-            return await self._serve_unary(attempt)
-        return await self._serve_accumulated(attempt)
+            return await serve_unary(self, attempt)
+        return await serve_accumulated(self, attempt)
 
     def _report_end(self, attempt: Attempt, ticket: int, started: float) -> None:
         """The attempt returned a response: a success, a failure after the commit point,
         or a client that left."""
-        if self._late_error is not None:
-            report_failure(attempt, ticket, self._late_error)
+        if isinstance(self.stream_error, UpstreamError):
+            report_failure(attempt, ticket, self.stream_error)
         elif self._released:
             attempt.health.released(ticket)
         else:
-            ttft = self._first_byte - started if self._first_byte else None
+            ttft = self.first_byte - started if self.first_byte else None
             report_success(attempt, ticket, ttft, self.usage)
 
-    def _call(self, attempt: Attempt, stream: bool) -> UpstreamCall:
+    def call(self, attempt: Attempt, stream: bool) -> UpstreamCall:
         native = self._native
         return UpstreamCall(
             request=self._request,
@@ -211,11 +221,12 @@ class StreamActor:
             native=native if native is not None and speaks(attempt, native.api) else None,
         )
 
-    async def _open(self, attempt: Attempt, call: UpstreamCall, wait_s: float) -> UpstreamBody:
+    async def open(self, attempt: Attempt, call: UpstreamCall, wait_s: float) -> UpstreamBody:
         timeouts = attempt.provider.timeouts
         request = attempt.adapter.build_request(call)
-        now = self._loop.time()
-        until = min(now + wait_s, now + timeouts.total_s, self._deadline)
+        now = self.loop.time()
+        until = min(now + wait_s, now + timeouts.total_s, self.deadline)
+        self.gateway_s += perf_counter() - self._attempt_mark
         try:
             async with asyncio.timeout_at(until):
                 return await open_upstream(
@@ -232,6 +243,7 @@ class StreamActor:
         timer, so the commit point and keep-alives happen even while an upstream holds
         its headers back (a gateway in front of this one, say)."""
         request = attempt.adapter.build_request(call)
+        self.gateway_s += perf_counter() - self._attempt_mark
         sent = await send_upstream(
             self._pool, request, connect_s=attempt.provider.timeouts.connect_s
         )
@@ -248,60 +260,16 @@ class StreamActor:
             sent.abort()
             raise
 
-    # --- non-streaming ---------------------------------------------------------------------
-
-    async def _serve_unary(self, attempt: Attempt) -> web.StreamResponse:
-        """Non-streaming upstream, answer passed through as the upstream wrote it."""
-        call = self._call(attempt, stream=False)
-        timeouts = attempt.provider.timeouts
-        # A non-streaming upstream sends its first byte when it is done: only total_s applies.
-        opened = self._loop.time()
-        body = await self._open(attempt, call, timeouts.total_s)
-        try:
-            until = min(opened + timeouts.total_s, self._deadline)
-            async with asyncio.timeout_at(until):
-                data = await read_all(body)
-            self._first_byte = self._loop.time()  # a non-streamed answer's first token
-            result = attempt.adapter.unary_result(call, data)
-        except TimeoutError:
-            body.abort()
-            raise UpstreamTimeout("the upstream answer took over total_s") from None
-        except BaseException:
-            body.abort()
-            raise
-        body.release()
-        self.usage = result.usage
-        return await self._answer(self._outbound.unary(result))
-
-    async def _serve_accumulated(self, attempt: Attempt) -> web.StreamResponse:
-        """Non-streaming client, streaming-only upstream: accumulate, answer once."""
-        acc = (await self._pump(attempt, deliver=False)).acc
-        completion = self._outbound.completion(
-            acc,
-            id=acc.id or "chatcmpl-" + self.request_id,
-            model=acc.model or attempt.model,
-            created=acc.created,
-        )
-        self.usage = acc.usage
-        return await self._answer(completion)
-
-    async def _answer(self, body: bytes) -> web.Response:
-        if self._outbound.settle is not None:
-            await self._outbound.settle()
-        return web.Response(
-            body=body, content_type="application/json", headers=self._commit_headers()
-        )
-
     # --- streaming -------------------------------------------------------------------------
 
     async def _serve_stream(self, attempt: Attempt) -> web.StreamResponse:
         try:
-            pipeline = await self._pump(attempt, deliver=True)
+            pipeline = await self.pump(attempt, deliver=True)
         except UpstreamError as err:
             if not self.committed:
                 raise
-            self._late_error = err
-            return await self.client.end(self._outbound.error(err))
+            self.stream_error = err
+            return await self.client.end(self.outbound.error(err))
         except ClientGone:
             self._released = True
             assert self.client.response is not None
@@ -312,30 +280,33 @@ class StreamActor:
             _uncancel()
             self._released = True
             shutdown = NoUpstreamAvailable(self._shutdown_reason, code="server_shutting_down")
-            return await self.client.end(self._outbound.error(shutdown))
+            self.stream_error = shutdown
+            return await self.client.end(self.outbound.error(shutdown))
         self.usage = pipeline.acc.usage
         if self._on_answer is not None:
             await self._on_answer(self)
-        tail = self._outbound.end(pipeline.acc, pipeline.usage_raw)
-        if self._outbound.settle is not None:
-            await self._outbound.settle()  # before the client can see the end (and act on it)
+        mark = perf_counter()
+        tail = self.outbound.end(pipeline.acc, pipeline.usage_raw)
+        self.gateway_s += perf_counter() - mark
+        if self.outbound.settle is not None:
+            await self.outbound.settle()  # before the client can see the end (and act on it)
         return await self.client.end(tail)
 
-    async def _pump(self, attempt: Attempt, *, deliver: bool) -> ChunkPipeline:
+    async def pump(self, attempt: Attempt, *, deliver: bool) -> ChunkPipeline:
         """Run one upstream stream to its end; with `deliver`, write it to the client."""
-        call = self._call(attempt, stream=True)
+        call = self.call(attempt, stream=True)
         timeouts = attempt.provider.timeouts
         self.client.pending = []
-        self.client.headers = self._commit_headers()
-        self._outbound.start_attempt(call.native is not None, call)
+        self.client.headers = self.commit_headers()
+        self.outbound.start_attempt(call.native is not None, call)
         acc = self.accumulator = StreamAccumulator(
             single_choice=not (self._request.n and self._request.n > 1),
             id_seed=self.request_id,
         )
         deadlines = self.client.deadlines = Deadlines(
-            opened=self._loop.time(),
+            opened=self.loop.time(),
             timeouts=timeouts,
-            request_deadline=self._deadline,
+            request_deadline=self.deadline,
             commit_at=self.started + self._server.commit_after_s,
             keepalive_s=self._server.keepalive_s,
             deliver=deliver,
@@ -345,7 +316,7 @@ class StreamActor:
         translator = attempt.adapter.translator(call)
         if self._emulation is not None:
             translator = EmulatedToolCalls(translator, self._emulation, self.request_id)
-        pipeline = ChunkPipeline(translator, acc, self._outbound)
+        pipeline = ChunkPipeline(translator, acc, self.outbound)
         try:
             await self._read_loop(body, decoder, pipeline, deadlines, deliver)
         except BaseException:
@@ -362,7 +333,7 @@ class StreamActor:
         deadlines: Deadlines,
         deliver: bool,
     ) -> None:
-        loop = self._loop
+        loop = self.loop
         acc, translator = pipeline.acc, pipeline.translator
         spill = self.client if deliver else None
         while True:
@@ -370,12 +341,14 @@ class StreamActor:
                 async with asyncio.timeout_at(deadlines.next_wake(self.committed)):
                     while True:
                         data = await body.read()
+                        mark = perf_counter()
                         deadlines.last_upstream = now = loop.time()
                         if not deadlines.got_bytes:
-                            self._first_byte = now
+                            self.first_byte = now
                             deadlines.got_bytes = True
                         if not data:
                             out = pipeline.run(decoder.close(), spill, closing=True)
+                            self._processed(mark, acc.output_seen)
                             if not translator.done and (
                                 not acc.choices or acc.unfinished_choices()
                             ):
@@ -386,16 +359,23 @@ class StreamActor:
                                 self.client.pending.extend(out)  # leaves with the tail
                             return
                         out = pipeline.run(decoder.feed(data), spill)
+                        self._processed(mark, acc.output_seen)
                         if deliver and out:
                             await self.client.deliver(out, acc.output_seen)
             except TimeoutError:
                 await self._on_wake(deadlines)
 
+    def _processed(self, mark: float, output_seen: bool) -> None:
+        """One upstream read went through the pipeline (`mark`: when it arrived)."""
+        self.gateway_s += perf_counter() - mark
+        if output_seen and not self.first_token_at:
+            self.first_token_at = mark
+
     # --- deadlines -------------------------------------------------------------------------
 
     async def _on_wake(self, deadlines: Deadlines) -> None:
         """The timer fired: act on whichever deadline really passed (maybe none)."""
-        due = deadlines.due(self._loop.time(), self.committed)
+        due = deadlines.due(self.loop.time(), self.committed)
         if due == "commit":
             await self.client.commit()
         elif due == "keepalive":
@@ -410,7 +390,7 @@ class StreamActor:
         if self._task is not None and not self._task.done():
             self._task.cancel()
 
-    def _commit_headers(self) -> dict[str, str]:
+    def commit_headers(self) -> dict[str, str]:
         headers = dict(self._headers)
         if self.attempt is not None:
             headers["x-gateway-provider"] = self.attempt.provider.name

@@ -1,0 +1,267 @@
+"""What happened to each request, told once when it ends: the request metrics and one JSON
+access-log line.
+
+The middleware (inside the error middleware, so it sees the handler's errors before they
+are rendered and the request id is set) puts a `RequestRecord` on the request; the handlers
+that serve through an upstream fill in the model, provider, attempts, usage, cost and
+timings (gateway/server/inference.py, embeddings.py). When the handler is done, `finish`
+updates the metrics (docs/metrics.md) and writes the access line (docs/operations.md).
+`/metrics`, `/healthz` and `/readyz` are neither counted nor logged.
+
+Times are `time.perf_counter()` (uvloop's `loop.time()` has millisecond resolution; the
+overhead is measured in microseconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import msgspec
+from aiohttp import web
+
+from gateway.errors import ClientError, GatewayError, NoUpstreamAvailable
+from gateway.observability.logs import ACCESS_FLUSH_S, ACCESS_LOGGER, flush_access_log, iso_time
+from gateway.observability.metrics import NO_PROVIDER, OTHER_ROUTE, GatewayMetrics
+from gateway.server.state import REQUEST_ID
+
+UNOBSERVED = frozenset({"/metrics", "/healthz", "/readyz"})
+CLIENT_CLOSED = 499  # nginx's word for a client that left before its answer
+_REJECTION_BY_STATUS = {
+    400: "bad_request",
+    401: "auth",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    429: "rate_limited",
+}
+_REJECTION_BY_CODE = {
+    "budget_exceeded": "budget_exceeded",
+    "model_not_allowed": "model_not_allowed",
+    "server_shutting_down": "shutting_down",
+}
+access_log = logging.getLogger(ACCESS_LOGGER)
+_PID = os.getpid()  # a module of a spawned worker is imported in that worker
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class RequestRecord:
+    """One request's facts, filled in by whoever learns them. Token counts and cost are
+    None when nothing was settled; `first_token_at` is 0 when no output came."""
+
+    __slots__ = (
+        "attempts",
+        "cached_tokens",
+        "cost_usd",
+        "error",
+        "failed_status",
+        "first_token_at",
+        "input_tokens",
+        "key",
+        "model",
+        "output_tokens",
+        "overhead_s",
+        "provider",
+        "received",
+        "route",
+        "stream",
+        "upstream_model",
+    )
+
+    def __init__(self, received: float, route: str) -> None:
+        self.received = received
+        self.route = route
+        self.model: str | None = None  # as the client sent it (the access log only)
+        self.provider: str | None = None  # the configured provider of the last attempt
+        self.upstream_model: str | None = None
+        self.attempts = 0
+        self.stream = False
+        self.key: str | None = None  # the virtual key's name, `master`, or None
+        self.input_tokens: int | None = None
+        self.output_tokens: int | None = None
+        self.cached_tokens: int | None = None
+        self.cost_usd: float | None = None
+        self.first_token_at = 0.0
+        self.overhead_s: float | None = None  # None: no upstream request was sent
+        self.error: str | None = None  # the error's code (or type) when it failed
+        # a stream that failed after its commit point: the status its error would have had
+        self.failed_status: int | None = None
+
+
+RECORD = web.RequestKey("request_record", RequestRecord)
+
+
+class AccessLine(msgspec.Struct, kw_only=True):
+    """The access log's fields, in this order (docs/operations.md)."""
+
+    ts: str
+    request_id: str | None
+    method: str
+    route: str
+    status: int
+    model: str | None
+    provider: str | None
+    upstream_model: str | None
+    attempts: int
+    stream: bool
+    input_tokens: int | None
+    output_tokens: int | None
+    cached_tokens: int | None
+    cost_usd: float | None
+    ttft_s: float | None
+    duration_s: float
+    overhead_s: float | None
+    key: str | None
+    error: str | None
+    pid: int
+
+
+_line_encoder = msgspec.json.Encoder()
+
+
+def route_of(request: web.Request) -> str:
+    resource = request.match_info.route.resource
+    if resource is None:
+        return OTHER_ROUTE
+    return resource.canonical
+
+
+def rejection_reason(err: GatewayError) -> str | None:
+    """The `reason` of gateway_rejections_total for an error the gateway raised itself
+    before any upstream; None for upstream failures (they are counted as such)."""
+    by_code = _REJECTION_BY_CODE.get(err.code or "")
+    if by_code is not None and isinstance(err, ClientError | NoUpstreamAvailable):
+        return by_code
+    if isinstance(err, ClientError):
+        return _REJECTION_BY_STATUS.get(err.status, "bad_request")
+    return None
+
+
+def observe_middleware(metrics: GatewayMetrics) -> Callable[..., Awaitable[web.StreamResponse]]:
+
+    @web.middleware
+    async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+        route = route_of(request)
+        if route in UNOBSERVED:
+            return await handler(request)
+        record = RequestRecord(time.perf_counter(), route)
+        request[RECORD] = record
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except GatewayError as err:
+            status = err.status
+            record.error = err.code or err.type
+            reason = rejection_reason(err)
+            if reason is not None:
+                metrics.rejection_for(reason).inc()
+            raise
+        except web.HTTPException as exc:
+            status = exc.status
+            reason = _REJECTION_BY_STATUS.get(status)
+            if reason is not None:
+                metrics.rejection_for(reason).inc()
+            record.error = reason
+            raise
+        except asyncio.CancelledError:
+            status, record.error = CLIENT_CLOSED, "client_closed"
+            raise
+        finally:
+            finish(metrics, request, record, status)
+
+    return observe
+
+
+def finish(
+    metrics: GatewayMetrics, request: web.Request, record: RequestRecord, status: int
+) -> None:
+    duration, ttft = count_request(metrics, record, status)
+    if access_log.isEnabledFor(logging.INFO):
+        line = access_line(record, status, request.get(REQUEST_ID), request.method, duration, ttft)
+        access_log.info(line)
+
+
+def access_line(
+    record: RequestRecord,
+    status: int,
+    request_id: str | None,
+    method: str,
+    duration: float,
+    ttft: float | None,
+) -> str:
+    """The JSON access line of one ended request (docs/operations.md lists the fields)."""
+    line = AccessLine(
+        ts=iso_time(time.time()),
+        request_id=request_id,
+        method=method,
+        route=record.route,
+        status=status,
+        model=record.model,
+        provider=record.provider,
+        upstream_model=record.upstream_model,
+        attempts=record.attempts,
+        stream=record.stream,
+        input_tokens=record.input_tokens,
+        output_tokens=record.output_tokens,
+        cached_tokens=record.cached_tokens,
+        cost_usd=record.cost_usd,
+        ttft_s=_rounded(ttft),
+        duration_s=round(duration, 6),
+        overhead_s=_rounded(record.overhead_s),
+        key=record.key,
+        error=record.error,
+        pid=_PID,
+    )
+    return _line_encoder.encode(line).decode()
+
+
+def count_request(
+    metrics: GatewayMetrics, record: RequestRecord, status: int
+) -> tuple[float, float | None]:
+    """The request metrics of one ended request; its duration and time to first token."""
+    duration = time.perf_counter() - record.received
+    series = metrics.request_series(
+        record.route, metrics.model_label(record.model), record.provider or NO_PROVIDER
+    )
+    series.count(record.failed_status or status)
+    series.observe_duration(duration)
+    ttft = record.first_token_at - record.received if record.first_token_at else None
+    if ttft is not None:
+        series.observe_ttft(ttft)
+    if record.overhead_s is not None:
+        series.observe_overhead(record.overhead_s)
+    if record.input_tokens is not None:
+        series.add_usage(record.input_tokens, record.output_tokens or 0, record.cached_tokens or 0)
+    if record.cost_usd is not None:
+        series.add_cost(record.cost_usd)
+    return duration, ttft
+
+
+async def access_log_flusher(app: web.Application) -> AsyncIterator[None]:
+    """An app cleanup context: writes the access log's batched lines every ACCESS_FLUSH_S,
+    and what is left when the app stops."""
+
+    async def flush_every() -> None:
+        while True:
+            await asyncio.sleep(ACCESS_FLUSH_S)
+            flush_access_log()
+
+    task = asyncio.create_task(flush_every(), name="access-log-flush")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        flush_access_log()
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 6)

@@ -1,0 +1,168 @@
+"""Where the gateway's log lines go and what they look like (config `logging:`).
+
+One stderr handler on the root logger, at `logging.level`: plain text or one JSON object per
+line (`logging.format`). The access log (logger `gateway.access`, one JSON line per request,
+gateway/observability/access.py) has a handler of its own that writes its lines as they are,
+and does not propagate, so an operator can route it (attach a handler to `gateway.access`)
+without it appearing twice. That handler buffers: a write syscall per request costs more
+than building the line, so lines leave in batches, when 32 KB are waiting and at least every
+`ACCESS_FLUSH_S` (the app's flusher task, `flush_access_log`) and at exit. Records do not
+carry the pid, thread or process name (a `getpid` syscall per record on Linux); the formats
+put this process's pid in themselves.
+
+Secrets: no code path puts one in a message, and every formatter here also replaces any
+configured secret (provider keys, the master key, static virtual keys, the store's password)
+that reached a formatted line, tracebacks included, with `[redacted]`, so a library that
+echoes a key in an exception message cannot leak it either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterable
+from typing import TextIO
+from urllib.parse import urlsplit
+
+import msgspec
+
+from gateway.config import Config, LoggingConfig, Secret
+
+ACCESS_LOGGER = "gateway.access"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s[{pid}]: %(message)s"
+ACCESS_FLUSH_S = 0.2
+ACCESS_BUFFER_BYTES = 32768
+REDACTED = "[redacted]"
+_encoder = msgspec.json.Encoder()
+
+
+def configured_secrets(config: Config) -> list[str]:
+    """Every secret value in `config` (the ones a log line must never show)."""
+    found: list[Secret | str | None] = [config.auth.master_key]
+    for provider in config.providers:
+        for key in provider.keys:
+            found += [key.key, key.aws_access_key_id, key.aws_secret_access_key]
+            found.append(key.aws_session_token)
+    found += [k.key for k in config.keys]
+    found.append(urlsplit(config.store.url).password)
+    values = {s.reveal() if isinstance(s, Secret) else s for s in found if s}
+    # longest first: a secret that contains another is replaced whole
+    return sorted((v for v in values if v), key=len, reverse=True)
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__(TEXT_FORMAT.format(pid=os.getpid()))
+        self._secrets = secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record), self._secrets)
+
+
+class JsonFormatter(logging.Formatter):
+    """`{"ts", "level", "logger", "pid", "message", "exc_info"?}` per line."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__()
+        self._secrets = secrets
+        self._pid = os.getpid()
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, object] = {
+            "ts": iso_time(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "pid": self._pid,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["exc_info"] = self.formatException(record.exc_info)
+        return redact(_encoder.encode(line).decode(), self._secrets)
+
+
+class AccessFormatter(logging.Formatter):
+    """The access line is JSON already (built from our own fields, never a secret); this
+    only guards against one that reached it anyway."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__()
+        self._secrets = secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(record.getMessage(), self._secrets)
+
+
+class BatchingHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that writes its lines in batches (see the module docstring)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream)
+        self._lines: list[str] = []
+        self._size = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        self._lines.append(line)
+        self._size += len(line)
+        if self._size >= ACCESS_BUFFER_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        with self.lock or contextlib.nullcontext():
+            if self._lines:
+                lines, self._lines, self._size = self._lines, [], 0
+                self.stream.write("\n".join(lines) + "\n")
+            self.stream.flush()
+
+
+def flush_access_log() -> None:
+    for handler in logging.getLogger(ACCESS_LOGGER).handlers:
+        handler.flush()
+
+
+def iso_time(epoch: float) -> str:
+    millis = int(epoch % 1 * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{millis:03d}Z"
+
+
+def configure_logging(config: Config) -> None:
+    """Set up this process's logging from `config.logging` (the supervisor and every worker
+    call it: a spawned worker starts with logging unconfigured)."""
+    options: LoggingConfig = config.logging
+    secrets = configured_secrets(config)
+    handler = logging.StreamHandler(sys.stderr)
+    fmt = JsonFormatter(secrets) if options.format == "json" else TextFormatter(secrets)
+    handler.setFormatter(fmt)
+    # a getpid syscall, a thread and a process name per record that no format here uses
+    logging.logProcesses = logging.logThreads = logging.logMultiprocessing = False
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(options.level.upper())
+
+    access = logging.getLogger(ACCESS_LOGGER)
+    for old in list(access.handlers):
+        access.removeHandler(old)
+    access.propagate = False
+    if options.access_log:
+        access_handler = BatchingHandler(sys.stderr)
+        access_handler.setFormatter(AccessFormatter(secrets))
+        access.addHandler(access_handler)
+        access.setLevel(logging.NOTSET)  # follows the root's level
+    else:
+        access.setLevel(logging.CRITICAL + 1)
