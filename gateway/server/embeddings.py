@@ -20,6 +20,7 @@ first upstream request, settled with the upstream's token count at the input pri
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime
 from time import perf_counter
 from typing import Any
@@ -51,6 +52,8 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.observability.access import RECORD
+from gateway.routing.balancer import unavailable
+from gateway.routing.health import REFUSED
 from gateway.routing.router import Attempt
 from gateway.server.auth import authenticate
 from gateway.server.inference import (
@@ -63,7 +66,7 @@ from gateway.server.inference import (
 from gateway.server.request_body import read_json_object, typed
 from gateway.server.state import REQUEST_ID, STATE, GatewayState
 from gateway.stream.http_client import UpstreamResponse
-from gateway.stream.outcome import final_error
+from gateway.stream.outcome import count_move, final_error, report_failure, report_success
 from gateway.stream.transport import open_upstream, read_all
 from gateway.wire.openai_chat import Usage
 from gateway.wire.openai_embeddings import EmbeddingsRequest, EmbeddingsUsage
@@ -208,21 +211,46 @@ class EmbeddingsRun:
         plan = self._state.router.plan(self._model)
         errors: list[UpstreamError] = []
         refused: ClientError | None = None
+        skipped: list[tuple[float, bool]] = []
+        previous: Attempt | None = None
         for attempt in plan:
             if self._loop.time() >= self._deadline:
                 break
+            # key health as for chat: a key resting or out of rotation since the plan was
+            # drawn is skipped, and every outcome is reported to it
+            now = time.monotonic()
+            ticket = attempt.health.begin(now, attempt.model)
+            if ticket == REFUSED:
+                skipped.append(attempt.health.refusal(now, attempt.model))
+                continue
+            if previous is not None:
+                count_move(previous, attempt, self._model)
+            previous = attempt
+            started = self._loop.time()
             try:
-                return await self._try(attempt)
+                response = await self._try(attempt)
             except ClientError as err:
+                attempt.health.released(ticket)
                 refused = refused or err  # this target cannot take the request: the next may
+                continue
             except UpstreamError as err:
+                report_failure(attempt, ticket, err)
                 errors.append(err)
                 if not err.retryable:
                     break
+                continue
+            except BaseException:
+                attempt.health.released(ticket)
+                raise
+            usage = Usage(prompt_tokens=self.usage.prompt_tokens) if self.usage else None
+            report_success(attempt, ticket, self._loop.time() - started, usage)
+            return response
         if errors:
             raise final_error(errors)
         if refused is not None:
             raise refused
+        if skipped:
+            raise unavailable(self._model, skipped)
         raise NoUpstreamAvailable("no upstream target could be tried for this model")
 
     async def _try(self, attempt: Attempt) -> web.Response:

@@ -66,3 +66,36 @@ async def test_a_store_that_does_not_answer_is_a_503_with_retry_after() -> None:
             assert resp.headers["Retry-After"] == "1"
         assert answer["error"]["code"] == "store_unavailable"
         assert "did not answer" in answer["error"]["message"]
+
+
+async def test_embeddings_failures_open_the_keys_circuit() -> None:
+    """Embeddings attempts report to key health like chat: after `circuit_failures` failures
+    in a row the key rests, and the next request is refused without reaching the upstream."""
+    fake = FakeEmbeddings().start()
+    config = parse_config(
+        f"""
+store: {{url: "memory://"}}
+routing: {{circuit_failures: 2, circuit_open_s: 30}}
+providers:
+  - {{name: oa, kind: openai, base_url: "{fake.base_url}/v1", keys: [{{key: k}}]}}
+""",
+        env={},
+    )
+    server = TestServer(build_app(config), host="127.0.0.1")
+    await server.start_server()
+    try:
+        url = str(server.make_url("/v1/embeddings"))
+        async with aiohttp.ClientSession() as session:
+            for _ in range(2):
+                async with session.post(url, json={"model": "oa/fail-500", "input": "a"}) as r:
+                    assert r.status == 502
+            seen = len(fake.requests)
+            async with session.post(url, json={"model": "oa/fail-500", "input": "a"}) as r:
+                body = await r.json()
+                assert r.status == 503
+                assert int(r.headers["Retry-After"]) >= 1
+            assert body["error"]["code"] == "no_upstream_available"
+            assert len(fake.requests) == seen  # the resting key was not tried
+    finally:
+        await server.close()
+        fake.stop()
