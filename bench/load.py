@@ -1,13 +1,15 @@
 """Load benchmark: the gateway's throughput and added latency against a fake upstream.
 
-    python -m bench.load [--duration S] [--connections 1,16,64] [--quick] [--direct-only]
+    python -m bench.load [--duration S] [--connections 1,16,64] [--quick] [--direct-only] [--full]
 
 Starts bench.fake_upstream (pinned with the load generator to one CPU) and the gateway (pinned to
 another CPU) on free loopback ports, checks that the gateway answers correctly in both modes,
 warms up, then for each mode (non-stream, stream) and connection count runs wrk against the
 fake upstream directly and through the gateway, alternating which goes first so machine drift
 cancels. Prints a table (Markdown) and writes bench/results/load-<UTC>.json and latest.json.
-Exit status: 0 all cells passed, 1 a cell failed (errors or non-2xx), 2 the setup failed.
+--full: a gateway configured as in production (bench/load_full.py: sqlite store, virtual key
+with limits, two provider keys). Exit status: 0 all cells passed, 1 a cell failed (errors or
+non-2xx), 2 the setup failed.
 See docs/benchmarks.md for how to read the numbers.
 """
 
@@ -28,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 
 from bench.fake_upstream import TOKEN
+from bench.load_full import AdminError, accounting_report, create_key, full_config
 from bench.load_procs import Pinning, Service, free_port, wait_healthy, wait_idle
 from bench.load_report import REPO, Cell, machine_info, render_table, write_results
 from bench.load_wrk import WrkRun, run_wrk, wrk_version
@@ -54,6 +57,7 @@ class Settings:
     direct_only: bool
     pin: bool
     ready_timeout_s: float
+    full: bool = False
 
 
 def parse_args(argv: list[str] | None) -> Settings:
@@ -72,6 +76,9 @@ def parse_args(argv: list[str] | None) -> Settings:
         "--direct-only", action="store_true", help="only the fake upstream (no gateway)"
     )
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
+    parser.add_argument(
+        "--full", action="store_true", help="sqlite store, virtual key, two provider keys"
+    )
     parser.add_argument(
         "--ready-timeout", type=float, default=30.0, help="seconds to wait for the gateway"
     )
@@ -93,6 +100,7 @@ def parse_args(argv: list[str] | None) -> Settings:
         direct_only=args.direct_only,
         pin=not args.no_pin,
         ready_timeout_s=args.ready_timeout,
+        full=args.full,
     )
 
 
@@ -121,13 +129,13 @@ def gateway_config(port: int, upstream_port: int) -> str:
     )
 
 
-def check_answer(url: str, mode: str, body: bytes, expected: str) -> str | None:
+def check_answer(url: str, mode: str, body: bytes, expected: str, bearer: str) -> str | None:
     """Sends one request; returns None if the answer is a correct completion, else why not."""
     request = urllib.request.Request(
         url,
         data=body,
         method="POST",
-        headers={"Content-Type": "application/json", "Authorization": "Bearer bench"},
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {bearer}"},
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
@@ -172,6 +180,7 @@ class LoadBench:
         self.services: list[Service] = []
         self.urls: dict[str, str] = {}
         self.startup_s: dict[str, float] = {}
+        self.bearer, self.key_id = "bench", ""  # what wrk sends; --full: the virtual key
 
     def start(self) -> None:
         """Starts the fake upstream and (unless direct-only) the gateway; waits until healthy."""
@@ -190,7 +199,9 @@ class LoadBench:
             return
         gw_port = free_port()
         config = self.workdir / "gateway.yaml"
-        config.write_text(gateway_config(gw_port, up_port))
+        store = self.workdir / "gateway.db"
+        full = full_config(gw_port, up_port, store, GATEWAY_MODEL, UPSTREAM_MODEL)
+        config.write_text(full if self.settings.full else gateway_config(gw_port, up_port))
         gateway = self._spawn(
             "gateway",
             [
@@ -201,6 +212,15 @@ class LoadBench:
         )
         self._wait(gateway, f"http://127.0.0.1:{gw_port}/healthz", self.settings.ready_timeout_s)
         self.urls["gateway"] = f"http://127.0.0.1:{gw_port}{CHAT_PATH}"
+        if self.settings.full:
+            try:
+                self.key_id, self.bearer = create_key(f"http://127.0.0.1:{gw_port}")
+            except AdminError as error:
+                raise SetupError(
+                    f"{error}\n--- gateway output ---\n{gateway.log_tail()}"
+                ) from error
+            os.environ["BENCH_KEY"] = self.bearer  # bench/wrk_chat.lua sends it
+            log(f"virtual key {self.key_id} created")
 
     def _spawn(self, name: str, argv: list[str]) -> Service:
         service = Service(name, argv, self.workdir / f"{name}.log", cwd=REPO)
@@ -220,7 +240,8 @@ class LoadBench:
         checked = {}
         for target, url in self.urls.items():
             for mode in MODES:
-                problem = check_answer(url, mode, request_body(mode, target), expected)
+                body = request_body(mode, target)
+                problem = check_answer(url, mode, body, expected, self.bearer)
                 if problem is not None:
                     service = self.services[0 if target == "direct" else 1]
                     raise SetupError(
@@ -278,6 +299,17 @@ class LoadBench:
             for s in self.services
         }
         return run
+
+    def accounting(self, cells: list[Cell]) -> dict[str, object] | None:
+        """--full: the store settled every request wrk saw answered; /metrics counts them."""
+        if not self.settings.full or "gateway" not in self.urls:
+            return None
+        try:
+            report = accounting_report(self.urls["gateway"], self.key_id, cells)
+        except (AdminError, OSError) as error:
+            raise SetupError(f"accounting check: {error}") from error
+        log(f"accounting: {report}")
+        return report
 
     def processes(self) -> dict[str, object]:
         """What ran, for the report."""
@@ -337,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             verification = bench.verify()
             bench.warm_up()
             cells = bench.run_cells()
+            accounting = bench.accounting(cells)
             processes = bench.processes()
         except SetupError as error:
             print(f"bench.load: setup failed: {error}", file=sys.stderr)
@@ -355,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         "pinning": {**asdict(pinning), "description": pinning.describe()},
         "processes": processes,
         "verification": verification,
+        "accounting": accounting,
         "cells": [cell.to_json() for cell in cells],
         "table": table,
     }

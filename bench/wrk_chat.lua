@@ -2,6 +2,7 @@
 --
 -- Environment:
 --   BENCH_BODY   the JSON request body, sent as is with every request (required)
+--   BENCH_KEY    the bearer token (default "bench"; bench.load --full sets a virtual key)
 --
 -- The request is static (no request() or response() function), so wrk builds it once and
 -- never calls into Lua per request: the load generator stays cheap. wrk measures latency from
@@ -19,7 +20,7 @@ end
 wrk.method = "POST"
 wrk.body = body
 wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer bench"
+wrk.headers["Authorization"] = "Bearer " .. (os.getenv("BENCH_KEY") or "bench")
 
 function done(summary, latency, requests)
   local errors = summary.errors

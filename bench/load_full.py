@@ -1,0 +1,87 @@
+"""bench.load --full: the gateway configured as the performance targets demand, and the
+checks that it accounted for every request it answered.
+
+The sqlite store (in the run's temp dir), a master key, requests sent with a virtual key
+whose budget, rpm and tpm are far above any load this machine can make (so each request is
+admitted and settled in the store, and none is refused), a price for the model (so that each
+admission reserves budget) and a provider with two keys that routing balances between.
+Metrics are always on (`GET /metrics`).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+from bench.load_report import Cell
+
+MASTER_KEY = "bench-master"
+VIRTUAL_KEY = {"name": "bench", "budget_usd": 1_000_000, "rpm": 10**8, "tpm": 10**11}
+
+
+class AdminError(Exception):
+    """The admin API did not answer as expected."""
+
+
+def full_config(port: int, upstream_port: int, store: Path, model: str, upstream: str) -> str:
+    """The gateway's config for --full (see the module docstring)."""
+    return (
+        f"server: {{host: 127.0.0.1, port: {port}}}\n"
+        f"auth: {{master_key: {MASTER_KEY}}}\n"
+        f'store: {{url: "sqlite:///{store}"}}\n'
+        "providers:\n"
+        f'  - {{name: up, kind: openai, base_url: "http://127.0.0.1:{upstream_port}/v1",'
+        " keys: [{key: bench-key-a}, {key: bench-key-b}]}\n"
+        "models:\n"
+        f"  - {{name: {model}, targets: [{{provider: up, model: {upstream}}}],"
+        " price: {input_per_mtok: 1.0, output_per_mtok: 2.0}}\n"
+    )
+
+
+def admin(base_url: str, method: str, path: str, body: object = None) -> dict[str, object]:
+    """One call of the gateway's admin API with the master key."""
+    request = urllib.request.Request(
+        base_url + path,
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
+        headers={"Authorization": f"Bearer {MASTER_KEY}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            answer = json.loads(response.read())
+    except (OSError, ValueError) as error:
+        raise AdminError(f"{method} {path}: {error!r}") from error
+    if not isinstance(answer, dict):
+        raise AdminError(f"{method} {path}: not a JSON object: {answer!r}")
+    return answer
+
+
+def create_key(base_url: str) -> tuple[str, str]:
+    """Makes the virtual key; returns its id and its secret."""
+    created = admin(base_url, "POST", "/admin/keys", VIRTUAL_KEY)
+    return str(created["id"]), str(created["key"])
+
+
+def accounting_report(chat_url: str, key_id: str, cells: list[Cell]) -> dict[str, object]:
+    """What the store settled for the key against the requests wrk counted answered through
+    the gateway at `chat_url` (the store also holds the checks', the warm-ups' and those in
+    flight when a run ended), and whether /metrics counts requests. Raises AdminError if
+    fewer were settled than answered."""
+    answered = sum(c.gateway.requests for c in cells if c.gateway is not None)
+    base_url = chat_url.removesuffix("/v1/chat/completions")
+    spend = admin(base_url, "GET", "/admin/spend")
+    rows = spend.get("keys")
+    ours = [r for r in (rows if isinstance(rows, list) else []) if r.get("key_id") == key_id]
+    settled = sum(int(r.get("requests", 0)) for r in ours)
+    with urllib.request.urlopen(base_url + "/metrics", timeout=10) as response:
+        metrics = response.read().decode()
+    report: dict[str, object] = {
+        "settled_requests": settled,
+        "answered_requests": answered,
+        "spend_usd": sum(float(r.get("spend_usd", 0.0)) for r in ours),
+        "metrics_request_series": metrics.count("gateway_requests_total{"),
+    }
+    if settled < answered:
+        raise AdminError(f"fewer requests settled than answered: {report}")
+    return report
