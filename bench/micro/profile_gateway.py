@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         _healthy(gateway, f"http://127.0.0.1:{gw_port}/healthz")
         url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
         body = request_body(args.mode, "gateway")
-        problem = check_answer(url, args.mode, body, "tok " * CHUNKS)
+        problem = check_answer(url, args.mode, body, "tok " * CHUNKS, "bench")
         if problem is not None:
             print(f"wrong answer: {problem}\n{gateway.log_tail()}", file=sys.stderr)
             return 2

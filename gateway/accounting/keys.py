@@ -40,7 +40,22 @@ def new_key_id() -> str:
 
 
 def budget_windows(now: float) -> dict[str, str]:
-    """The id of the current window of each budget period, in UTC."""
+    """The id of the current window of each budget period, in UTC (every request asks;
+    the answer changes only when the UTC day does)."""
+    day_number = int(now // 86400)
+    cached = _windows_cache.get(day_number)
+    if cached is not None:
+        return cached
+    windows = _budget_windows(now)
+    _windows_cache.clear()
+    _windows_cache[day_number] = windows
+    return windows
+
+
+_windows_cache: dict[int, dict[str, str]] = {}
+
+
+def _budget_windows(now: float) -> dict[str, str]:
     day = datetime.fromtimestamp(now, UTC)
     year, week, _ = day.isocalendar()
     return {
@@ -115,17 +130,28 @@ def make_key(spec: NewKey, now: float | None = None) -> tuple[KeyRecord, str]:
 
 
 def _epoch(value: str | float | None) -> float | None:
-    if value is None or isinstance(value, float | int):
-        return value
+    if value is None:
+        return None
+    if isinstance(value, float | int):
+        epoch = float(value)
+    else:
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            raise BadRequest(
+                "'expires_at' must be an ISO 8601 date-time or epoch seconds", param="expires_at"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        epoch = moment.timestamp()
     try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
+        _iso(epoch)  # every admin answer shows it as a UTC date: one it cannot show is refused
+    except (OverflowError, ValueError, OSError):
         raise BadRequest(
-            "'expires_at' must be an ISO 8601 date-time or epoch seconds", param="expires_at"
+            "'expires_at' is out of range: it must fall in the years 1 to 9999 (UTC)",
+            param="expires_at",
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
+    return epoch
 
 
 def key_view(record: KeyRecord, now: float) -> dict[str, Any]:

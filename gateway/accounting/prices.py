@@ -135,6 +135,9 @@ class PriceTable:
         self._entries = entries
         self._by_length = sorted(entries, key=len, reverse=True)
         self.free_kinds = free_kinds
+        # every request looks its price up: the answer for a (model, kind) never changes,
+        # and the names come from the config and upstream answers (bounded below anyway)
+        self._found: dict[tuple[str, str | None], ModelPrice | None] = {}
 
     @classmethod
     def shipped(cls) -> PriceTable:
@@ -155,6 +158,18 @@ class PriceTable:
 
     def lookup(self, model: str, kind: str | None = None) -> ModelPrice | None:
         """The price of upstream model id `model` served by a provider of `kind`."""
+        key = (model, kind)
+        try:
+            return self._found[key]
+        except KeyError:
+            pass
+        found = self._lookup(model, kind)
+        if len(self._found) >= 4096:
+            self._found.clear()
+        self._found[key] = found
+        return found
+
+    def _lookup(self, model: str, kind: str | None) -> ModelPrice | None:
         if kind in self.free_kinds:
             return FREE
         name = normalize(model)

@@ -87,6 +87,8 @@ class Accounting:
         }
         self._hold_s = self.config.routing.deadline_s + HOLD_MARGIN_S
         self._unpriced: set[str] = set()  # models already logged as having no price
+        # a client sends its key on every request: hash it once (bounded; cleared when full)
+        self._hashes: dict[str, str] = {}
 
     # --- who ---------------------------------------------------------------------------
 
@@ -104,7 +106,11 @@ class Accounting:
             return Principal("open")
         if master and hmac.compare_digest(token.encode(), master.reveal().encode()):
             return Principal("master")
-        secret_hash = hash_secret(token)
+        secret_hash = self._hashes.get(token)
+        if secret_hash is None:
+            if len(self._hashes) >= 1024:
+                self._hashes.clear()
+            secret_hash = self._hashes[token] = hash_secret(token)
         kind: Literal["open", "virtual"] = "virtual" if master else "open"
         return Principal(kind, secret_hash=secret_hash, static=self.static_keys.get(secret_hash))
 

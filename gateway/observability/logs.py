@@ -135,8 +135,14 @@ def flush_access_log() -> None:
 
 
 def iso_time(epoch: float) -> str:
-    millis = int(epoch % 1 * 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{millis:03d}Z"
+    second = int(epoch)
+    global _second, _second_text
+    if second != _second:  # one strftime per second, not per line
+        _second, _second_text = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+    return f"{_second_text}.{int(epoch % 1 * 1000):03d}Z"
+
+
+_second, _second_text = -1, ""
 
 
 def configure_logging(config: Config) -> None:
