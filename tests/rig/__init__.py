@@ -1,0 +1,1 @@
+"""The local rig (deploy/rig/), bounded."""
