@@ -19,7 +19,6 @@ nothing is shared or polled.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -55,6 +54,7 @@ class HealthSync:
         ]
         self._writes: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     # --- writing -----------------------------------------------------------------------------
 
@@ -105,7 +105,7 @@ class HealthSync:
 
     async def _run(self) -> None:
         failing = False
-        while True:
+        while not self._stopping:
             await asyncio.sleep(PULL_INTERVAL_S)
             try:
                 await self.pull()
@@ -119,14 +119,23 @@ class HealthSync:
     # --- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._stopping = False
         self._task = asyncio.get_running_loop().create_task(self._run(), name="health-sync")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        # The flag as well as the cancel: redis-py's asyncio client can swallow a
+        # cancellation that lands inside a command (seen with 8.1), and awaiting the task
+        # then never returned, so a gateway drained and never exited. The loop checks the
+        # flag each round, and the wait is bounded either way.
+        self._stopping = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=STOP_WAIT_S)
+            if not done:
+                log.warning("key health: the sync task did not stop in %gs", STOP_WAIT_S)
+            elif not task.cancelled() and task.exception() is not None:
+                log.warning("key health: the sync task failed: %r", task.exception())
         await self.flush()
 
     async def flush(self) -> None:

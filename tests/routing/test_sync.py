@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -15,7 +16,7 @@ from gateway.providers.registry import make_adapter
 from gateway.routing.health import KeyHealth
 from gateway.routing.router import Router
 from gateway.routing.sync import HealthSync
-from gateway.store.kv import StoreUnavailable
+from gateway.store.kv import MemoryKV, StoreUnavailable
 from gateway.store.sqlite_kv import SqliteKV
 
 CONFIG = """
@@ -131,3 +132,28 @@ async def test_the_background_task_pulls_and_stops(tmp_path: Path) -> None:
         await sync_a.stop()
         await kv.close()
     assert not [t for t in asyncio.all_tasks() if t.get_name() == "health-sync"]
+
+
+class SwallowingStore(MemoryKV):
+    """A store whose reads swallow a cancellation, as redis-py's asyncio client sometimes
+    does when it lands inside a command."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = asyncio.Event()
+
+    async def get(self, key: str) -> bytes | None:
+        self.reading.set()
+        with contextlib.suppress(asyncio.CancelledError):  # the cancel is lost
+            await asyncio.sleep(0.3)
+        return None
+
+
+async def test_stop_returns_even_when_the_store_swallows_the_cancellation() -> None:
+    store = SwallowingStore()
+    sync = HealthSync(store, router())
+    sync.start()
+    await asyncio.wait_for(store.reading.wait(), 5)  # the task is inside a read now
+    started = time.monotonic()
+    await asyncio.wait_for(sync.stop(), 5)
+    assert time.monotonic() - started < 3
