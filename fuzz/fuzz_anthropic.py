@@ -1,0 +1,6 @@
+"""atheris harness for the `anthropic` fuzz target (tests/fuzz/targets.py)."""
+
+from fuzz.runner import main
+
+if __name__ == "__main__":
+    main("anthropic")
