@@ -1,0 +1,259 @@
+"""The limits of `server.limits`: what one request may carry, how many may run at once, and
+how large its headers may be (docs/api.md, "Limits").
+
+Request shape: each inbound API checks its own request, so that `param` names the field in
+the client's terms: Chat Completions (`messages[2].tool_calls[0].function.arguments`),
+Anthropic Messages (`messages[2].content[1].input`), Responses (`input[3].arguments`). A
+request over a limit is a 400 before anything is admitted or sent upstream.
+
+Concurrency: `StreamSlots` counts the inference requests in flight in this process (every
+request `serve_chat` serves, streaming or not), in total and per virtual key (the bearer's
+hash; the master key and a bearer-less open gateway count only toward the total). A full
+gateway answers 503 `too_many_streams`, a key at its own limit 429
+`too_many_streams_for_key`, both with `Retry-After: 1`. A slot is held until the answer has
+been written (for a stream, its last byte).
+
+Headers: aiohttp refuses a header line over `max_header_bytes` while parsing, before any
+handler runs; `JsonErrorServer` makes that refusal (and any other unparsable request) an
+answer in the OpenAI error shape, 431 for headers too large, instead of aiohttp's plain text.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+
+from gateway.accounting.service import Principal
+from gateway.config import LimitsConfig
+from gateway.errors import BadRequest, GatewayError, NoUpstreamAvailable, RateLimited
+from gateway.server.errors import openai_error
+from gateway.wire.openai_chat import ChatRequest
+
+log = logging.getLogger("gateway.server")
+RETRY_AFTER_S = "1"
+_json = msgspec.json.Encoder()
+
+
+class TooManyStreams(NoUpstreamAvailable):
+    code = "too_many_streams"
+
+
+class TooManyStreamsForKey(RateLimited):
+    code = "too_many_streams_for_key"
+
+
+class HeadersTooLarge(GatewayError):
+    status = 431
+    type = "invalid_request_error"
+    code = "request_header_fields_too_large"
+
+
+# --- request shape -----------------------------------------------------------------------
+
+
+def _over(text: str, limit: int) -> bool:
+    """Whether `text` is over `limit` bytes as UTF-8; encodes only when the length in
+    characters cannot tell (a character is 1 to 4 bytes)."""
+    chars = len(text)
+    if chars > limit:
+        return True
+    if chars * 4 <= limit:
+        return False
+    return len(text.encode("utf-8", "surrogatepass")) > limit
+
+
+def _count(items: object, limit: int, param: str, what: str) -> None:
+    if isinstance(items, list) and len(items) > limit:
+        raise BadRequest(
+            f"'{param}' has {len(items)} {what}; the limit is {limit}",
+            param=param,
+            code="too_many_items",
+        )
+
+
+def _argument_too_large(param: str, limit: int) -> BadRequest:
+    return BadRequest(
+        f"'{param}' is larger than the limit of {limit} bytes", param=param, code="too_large"
+    )
+
+
+def check_chat(chat: ChatRequest, limits: LimitsConfig) -> None:
+    """A Chat Completions request against the limits. On the hot path: a request whose
+    tool arguments are all short is one pass of attribute reads."""
+    messages = chat.messages
+    _count(messages, limits.max_messages, "messages", "messages")
+    _count(chat.tools, limits.max_tools, "tools", "tools")
+    cap = limits.max_tool_argument_bytes
+    surely_under = cap // 4  # characters that cannot be more than `cap` bytes
+    for message in messages:
+        calls = message.tool_calls  # UNSET and None are falsy
+        if calls:
+            for call in calls:
+                if len(call.function.arguments) > surely_under:
+                    _check_chat_arguments(chat, cap)
+                    break
+
+
+def _check_chat_arguments(chat: ChatRequest, cap: int) -> None:
+    for i, message in enumerate(chat.messages):
+        for j, call in enumerate(message.tool_calls or ()):
+            if _over(call.function.arguments, cap):
+                raise _argument_too_large(f"messages[{i}].tool_calls[{j}].function.arguments", cap)
+
+
+def check_messages(body: dict[str, Any], limits: LimitsConfig) -> None:
+    """An Anthropic Messages request (its JSON body, already type-checked) against the
+    limits; a `tool_use` block's `input` is measured as JSON."""
+    messages = body.get("messages")
+    _count(messages, limits.max_messages, "messages", "messages")
+    _count(body.get("tools"), limits.max_tools, "tools", "tools")
+    if not isinstance(messages, list):
+        return
+    cap = limits.max_tool_argument_bytes
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for j, block in enumerate(content):
+            if not isinstance(block, dict) or block.get("type") != "tool_use":
+                continue
+            arguments = block.get("input")
+            if isinstance(arguments, str):
+                too_large = _over(arguments, cap)
+            else:
+                too_large = len(_json.encode(arguments)) > cap
+            if too_large:
+                raise _argument_too_large(f"messages[{i}].content[{j}].input", cap)
+
+
+def check_responses(body: dict[str, Any], limits: LimitsConfig) -> None:
+    """A Responses request's own `input` (not the history a `previous_response_id` adds)
+    and `tools` against the limits."""
+    items = body.get("input")
+    _count(items, limits.max_messages, "input", "items")
+    _count(body.get("tools"), limits.max_tools, "tools", "tools")
+    if not isinstance(items, list):
+        return
+    cap = limits.max_tool_argument_bytes
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or item.get("type") != "function_call":
+            continue
+        arguments = item.get("arguments")
+        if isinstance(arguments, str) and _over(arguments, cap):
+            raise _argument_too_large(f"input[{i}].arguments", cap)
+
+
+# --- concurrency -------------------------------------------------------------------------
+
+
+class StreamSlots:
+    """Inference requests in flight in this process, in total and per key."""
+
+    __slots__ = ("_per_key", "_per_key_limit", "_total_limit", "by_key", "total")
+
+    def __init__(self, limits: LimitsConfig) -> None:
+        self._total_limit = limits.max_concurrent_streams
+        self._per_key_limit = limits.max_concurrent_streams_per_key
+        self.total = 0
+        self.by_key: dict[str, int] = {}  # only keys with a request in flight
+
+    def take(self, principal: Principal) -> str:
+        """Hold a slot for `principal`'s request; the key it counts under ("" for none).
+        Raises 503 when the process is full, 429 when the key is at its own limit."""
+        if self.total >= self._total_limit:
+            raise _with_retry_after(
+                TooManyStreams(
+                    f"The gateway is serving its limit of {self._total_limit} concurrent "
+                    "requests; retry shortly"
+                )
+            )
+        key = principal.secret_hash
+        if key:
+            held = self.by_key.get(key, 0)
+            if held >= self._per_key_limit:
+                raise _with_retry_after(
+                    TooManyStreamsForKey(
+                        f"This key already has {held} requests in flight, its limit; retry "
+                        "when one ends"
+                    )
+                )
+            self.by_key[key] = held + 1
+        self.total += 1
+        return key
+
+    def give_back(self, key: str) -> None:
+        self.total -= 1
+        if key:
+            held = self.by_key[key] - 1
+            if held:
+                self.by_key[key] = held
+            else:
+                del self.by_key[key]  # bounded by the keys in flight, not every key seen
+
+
+SLOTS = web.AppKey("stream_slots", StreamSlots)
+
+
+def _with_retry_after(err: GatewayError) -> GatewayError:
+    err.headers["Retry-After"] = RETRY_AFTER_S
+    return err
+
+
+# --- headers -----------------------------------------------------------------------------
+
+
+def header_handler_args(limits: LimitsConfig) -> dict[str, Any]:
+    """aiohttp's request handler arguments for the header limit: one request or header
+    line (name and value) of at most `max_header_bytes`."""
+    return {"max_line_size": limits.max_header_bytes, "max_field_size": limits.max_header_bytes}
+
+
+class _JsonErrorHandler(RequestHandler):
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status >= 500 or not isinstance(exc, HttpProcessingError):
+            return super().handle_error(request, status, exc, message)
+        # The request could not be parsed: no route, so no route-specific shape.
+        if isinstance(exc, LineTooLong):
+            err: GatewayError = HeadersTooLarge(
+                f"The request line or a header is larger than the limit of {exc.args[1]} bytes"
+            )
+        else:
+            err = BadRequest(f"Malformed HTTP request: {exc.message}", code="bad_http_request")
+        log.warning("refused an unparsable request from %s: %s", request.remote, err.message)
+        response = web.Response(
+            status=err.status, body=openai_error(err), content_type="application/json"
+        )
+        response.force_close()  # the parser's state is lost: nothing more on this connection
+        return response
+
+
+class JsonErrorServer(web.Server):
+    """aiohttp's low-level server with request handlers that answer unparsable requests
+    in the OpenAI error shape."""
+
+    def __call__(self) -> RequestHandler:
+        kwargs: dict[str, Any] = self._kwargs
+        return _JsonErrorHandler(self, loop=self._loop, **kwargs)
+
+
+class GatewayRunner(web.AppRunner):
+    """An AppRunner whose server is a `JsonErrorServer`."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        # AppRunner builds its Server inside the Application; only the connection handler
+        # it makes differs, so the instance takes the subclass (same layout, no new state).
+        server.__class__ = JsonErrorServer
+        return server
