@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench bench-micro clean
+.PHONY: run test lint bench bench-micro rig clean fuzz soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,22 @@ bench: $(STAMP)
 	bash bench/install_deps.sh
 	$(PY) -m bench.load
 	$(PY) -m pytest -q bench/micro --benchmark-enable --benchmark-only -p no:cacheprovider
+
+# atheris on every sans-IO decoder and translator, FUZZ_SECONDS per target (docs/testing.md)
+FUZZ_SECONDS ?= 60
+fuzz: $(STAMP)
+	$(PY) -m fuzz.run_all --seconds $(FUZZ_SECONDS)
+
+# nginx in front of two gateways sharing a redis-server, under load and a rolling restart;
+# prints its figures (deploy/README.md, "Local rig")
+rig: $(STAMP)
+	bash tests/install_deps.sh
+	bash bench/install_deps.sh
+	$(PY) -m deploy.rig
+
+# a bounded mixed load with the gateway's memory and fds sampled (SOAK_SECONDS, default 600)
+soak: $(STAMP)
+	$(PY) -m bench.soak
 
 clean:
 	rm -rf $(VENV) build *.egg-info

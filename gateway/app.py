@@ -20,6 +20,7 @@ from gateway.server.chat import chat_completions, list_models
 from gateway.server.embeddings import embeddings
 from gateway.server.errors import ERROR_SHAPES, error_middleware
 from gateway.server.health import healthz, readyz
+from gateway.server.limits import SLOTS, StreamSlots
 from gateway.server.messages import count_tokens, messages, render_error
 from gateway.server.metrics_route import metrics
 from gateway.server.responses import create_response
@@ -42,6 +43,7 @@ def build_app(config: Config, metrics_dir: Path | None = None) -> web.Applicatio
         handler_args={"access_log": None},
     )
     app[STATE] = state
+    app[SLOTS] = StreamSlots(config.server.limits)
     app[ACCOUNTING] = Accounting(config, make_ledger(config.store.url))
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/messages", messages)

@@ -60,8 +60,19 @@ class Secret:
         return (Secret, (self._value,))
 
 
+class LimitsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """What one request may carry and how many may run at once (docs/api.md, "Limits")."""
+
+    max_header_bytes: int = 8190  # one header line (request line included); over: 431
+    max_messages: int = 2048  # messages (chat, Messages) or input items (Responses)
+    max_tools: int = 512
+    max_tool_argument_bytes: int = 1048576  # one tool call's arguments in the history
+    max_concurrent_streams: int = 1024  # inference requests in flight, per process; over: 503
+    max_concurrent_streams_per_key: int = 256  # per virtual key (bearer), per process; over: 429
+
+
 class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    """The HTTP listener and stream pacing."""
+    """The HTTP listener, stream pacing and request limits."""
 
     host: str = "127.0.0.1"
     port: int = 8080
@@ -70,6 +81,8 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fro
     shutdown_grace_s: float = 30.0  # how long a SIGTERM drain waits for open streams
     commit_after_s: float = 5.0  # commit (send headers) after this long without content
     keepalive_s: float = 15.0  # `: keep-alive` comment interval on a silent committed stream
+    client_write_timeout_s: float = 30.0  # a client that reads nothing this long is cut off
+    limits: LimitsConfig = LimitsConfig()
 
 
 class LoggingConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):

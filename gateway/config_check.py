@@ -96,6 +96,16 @@ def _check_server(config: Config) -> Iterator[Problem]:
     yield from _at_least(server.workers, 1, ("server", "workers"))
     yield from _at_least(server.max_body_bytes, 1024, ("server", "max_body_bytes"))
     yield from _durations(server, ("server",))
+    limits = server.limits
+    yield from _at_least(limits.max_header_bytes, 1024, ("server", "limits", "max_header_bytes"))
+    for name in (
+        "max_messages",
+        "max_tools",
+        "max_tool_argument_bytes",
+        "max_concurrent_streams",
+        "max_concurrent_streams_per_key",
+    ):
+        yield from _at_least(getattr(limits, name), 1, ("server", "limits", name))
     yield from _at_least(routing.max_attempts, 1, ("routing", "max_attempts"))
     yield from _at_least(routing.circuit_failures, 1, ("routing", "circuit_failures"))
     yield from _durations(routing, ("routing",))

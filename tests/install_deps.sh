@@ -2,13 +2,15 @@
 # Installs what the tests need outside the Python venv, from Debian's packages:
 #   redis-server  the store tests start one on a free loopback port (tests/redis_server.py)
 #   prometheus    the dashboard test starts one scraping a gateway (tests/prometheus_server.py)
+#   nginx         the rig runs one in front of two gateways (deploy/rig/), from a config of its
+#                 own in a temporary directory: the system's nginx service is never used
 # Idempotent and quick: does nothing when every binary is already on PATH. Never starts the
 # system's services. Fails loudly (non-zero, message on stderr) when it cannot install.
 set -euo pipefail
 
 NAME="tests/install_deps.sh"
 # binary on PATH -> the Debian package that provides it
-declare -A PACKAGE_OF=([redis-server]=redis-server [prometheus]=prometheus)
+declare -A PACKAGE_OF=([redis-server]=redis-server [prometheus]=prometheus [nginx]=nginx)
 
 MISSING=()
 for binary in "${!PACKAGE_OF[@]}"; do

@@ -20,6 +20,7 @@ import msgspec
 from gateway.config import ProviderConfig, ProviderKey
 from gateway.errors import BadRequest, UpstreamProtocolError
 from gateway.providers.base import UpstreamRequest
+from gateway.wire import DECODE_ERRORS
 from gateway.wire.openai_embeddings import (
     Embedding,
     EmbeddingsResponse,
@@ -161,7 +162,7 @@ def estimate_tokens(texts: list[str]) -> int:
 def decode_json(decoder: msgspec.json.Decoder[Any], body: bytes, what: str) -> Any:
     try:
         return decoder.decode(body)
-    except msgspec.DecodeError as exc:
+    except DECODE_ERRORS as exc:
         raise UpstreamProtocolError(f"upstream sent a malformed {what}: {exc}") from None
 
 

@@ -187,7 +187,8 @@ class BedrockEmbeddings:
         self, call: EmbeddingsCall, part: Part, body: bytes, headers: Mapping[str, str]
     ) -> PartResult:
         counted = header(headers, TOKEN_COUNT_HEADER)
-        from_header = int(counted) if counted and counted.isdigit() else None
+        # isascii: "¹".isdigit() is true, and int("¹") raises
+        from_header = int(counted) if counted and counted.isascii() and counted.isdigit() else None
         if family(call.model) == "titan":
             titan = decode_json(_titan_decoder, body, "Titan embeddings answer")
             tokens = titan.input_text_token_count

@@ -18,6 +18,8 @@ from typing import Any
 
 import msgspec
 
+from gateway.wire import DECODE_ERRORS
+
 ENVELOPE_KEYS = frozenset({"tool_calls", "name", "arguments", "parameters", "function", "type"})
 MAX_ENVELOPE_CHARS = 1 << 20  # a candidate longer than this is text, not a call
 _FENCE = "```"
@@ -56,11 +58,11 @@ def calls_in(candidate: str, names: frozenset[str]) -> list[EmulatedCall] | None
 def _decode(text: str) -> Any:
     try:
         return _json.decode(text)
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         pass
     try:  # the one slip models make often: a comma before a closing bracket
         return _json.decode(_TRAILING_COMMA.sub(r"\1", text))
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         return None
 
 
@@ -272,14 +274,19 @@ def _fence_object_at(buf: str) -> int | None:
     info = _FENCE_INFO.match(buf, len(_FENCE))
     assert info is not None
     at = info.end()
+    # The bounds hold whether or not more text follows, so that cuts change nothing.
+    if at - len(_FENCE) > 16:
+        return -1
     if at == len(buf):
-        return None if at - len(_FENCE) <= 16 else -1
+        return None
     rest = buf[at:]
     if not rest[0].isspace():
         return -1
     stripped = rest.lstrip()
+    if len(rest) - len(stripped) > 64:
+        return -1
     if not stripped:
-        return None if len(rest) <= 64 else -1
+        return None
     return at + len(rest) - len(stripped) if stripped[0] == "{" else -1
 
 
@@ -290,8 +297,10 @@ def _first_key_verdict(head: str) -> bool | None:
     at = 1
     while at < len(head) and head[at].isspace():
         at += 1
+    if at > 64:  # whether or not the key follows: cuts change nothing
+        return False
     if at == len(head):
-        return None if at <= 64 else False
+        return None
     if head[at] != '"':
         return False
     close = head.find('"', at + 1)

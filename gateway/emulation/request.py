@@ -16,6 +16,7 @@ from msgspec import UNSET
 from msgspec.structs import replace
 
 from gateway.errors import BadRequest
+from gateway.wire import DECODE_ERRORS
 from gateway.wire.openai_chat import ChatRequest, Message, ToolCall
 
 ENVELOPE_EXAMPLE = '{"tool_calls": [{"name": "<tool name>", "arguments": {<arguments>}}]}'
@@ -173,7 +174,7 @@ def _calls_text(message: Message) -> str:
 def _arguments(call: ToolCall) -> Any:
     try:
         value = _decode(call.function.arguments or "{}")
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         return call.function.arguments  # what the client sent, kept as a string
     return value
 

@@ -168,7 +168,10 @@ class ResponseParser:
         status_line = lines[0]
         version, _, rest = status_line.partition(" ")
         code, _, reason = rest.partition(" ")
-        if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
+        # isascii: the head is latin-1, where "²³¹".isdigit() is true and int() refuses it
+        if not version.startswith("HTTP/1.") or not (
+            len(code) == 3 and code.isascii() and code.isdigit()
+        ):
             raise UpstreamProtocolError(
                 f"malformed status line from upstream: {status_line[:80]!r}"
             )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import msgspec
 
 from gateway.framing.sse import SSEEvent, encode_event
+from gateway.wire import DECODE_ERRORS
 
 
 class _Kind(msgspec.Struct, gc=False):
@@ -30,7 +31,7 @@ def is_error_event(frame: SSEEvent) -> bool:
         return False
     try:
         return _kind_decoder.decode(frame.data).type == "error"
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         return False  # the translator reports a malformed event itself
 
 

@@ -30,6 +30,7 @@ from gateway.framing.sse import SSEEvent
 from gateway.inbound.messages_native import NativeEvents
 from gateway.providers.base import UnaryResult, UpstreamCall
 from gateway.stream.accumulator import StreamAccumulator
+from gateway.wire import DECODE_ERRORS
 from gateway.wire.anthropic import MessageStart, OutMessage, OutUsage, encoder
 from gateway.wire.openai_chat import (
     UNSET,
@@ -307,7 +308,7 @@ class MessagesOutbound:
             raise AssertionError(f"a Messages request got a {result.api!r} answer")
         try:
             completion = _completion_decoder.decode(result.body)
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             raise UpstreamProtocolError(f"upstream sent a malformed completion: {exc}") from None
         usage = completion.usage if completion.usage is not UNSET else result.usage
         if not completion.choices:
@@ -347,7 +348,7 @@ def _arguments(arguments: str) -> dict[str, Any]:
         return {}
     try:
         value = _json_decode(arguments)
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         value = None
     if not isinstance(value, dict):
         raise UpstreamProtocolError("the upstream's tool-call arguments are not a JSON object")

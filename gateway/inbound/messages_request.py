@@ -363,7 +363,7 @@ def _tool_choice(choice: Any, body: dict[str, Any]) -> None:
         if not isinstance(name, str):
             raise BadRequest("tool_choice of type 'tool' needs a 'name'", param="tool_choice.name")
         body["tool_choice"] = {"type": "function", "function": {"name": name}}
-    elif kind in TOOL_CHOICES:
+    elif isinstance(kind, str) and kind in TOOL_CHOICES:  # a JSON object or list is unhashable
         body["tool_choice"] = TOOL_CHOICES[kind]
     else:
         raise BadRequest(

@@ -21,6 +21,7 @@ from gateway.inbound.responses_events import (
     RefusalPart,
     ResponseObject,
 )
+from gateway.wire import DECODE_ERRORS
 from gateway.wire.openai_chat import ChatCompletion, ResponseMessage
 
 INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -103,7 +104,7 @@ def upstream_response(data: bytes, *, in_event: bool) -> UpstreamResponse:
         if in_event:
             return _event_decoder.decode(data).response
         return _response_decoder.decode(data)
-    except msgspec.DecodeError as exc:  # ValidationError included
+    except DECODE_ERRORS as exc:  # ValidationError included
         raise UpstreamProtocolError(f"a malformed Responses answer: {exc}") from None
 
 

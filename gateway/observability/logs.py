@@ -24,6 +24,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable
+from types import TracebackType
 from typing import TextIO
 from urllib.parse import urlsplit
 
@@ -123,10 +124,15 @@ class BatchingHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def flush(self) -> None:
         with self.lock or contextlib.nullcontext():
-            if self._lines:
-                lines, self._lines, self._size = self._lines, [], 0
-                self.stream.write("\n".join(lines) + "\n")
-            self.stream.flush()
+            lines, self._lines, self._size = self._lines, [], 0
+            try:
+                if lines:
+                    self.stream.write("\n".join(lines) + "\n")
+                self.stream.flush()
+            except (OSError, ValueError):
+                # a stream that is gone (closed, a full disk): logging must never take a
+                # request or the shutdown down with it; the lines are dropped
+                pass
 
 
 def flush_access_log() -> None:
@@ -172,3 +178,12 @@ def configure_logging(config: Config) -> None:
         access.setLevel(logging.NOTSET)  # follows the root's level
     else:
         access.setLevel(logging.CRITICAL + 1)
+    # An exception nothing caught is printed by Python's own handler, past the formatters
+    # above; sent through the root logger instead, its secrets are redacted like any line.
+    sys.excepthook = _log_uncaught
+
+
+def _log_uncaught(
+    kind: type[BaseException], value: BaseException, tb: TracebackType | None
+) -> None:
+    logging.getLogger("gateway").critical("uncaught exception", exc_info=(kind, value, tb))

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import msgspec
-
 from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
@@ -35,7 +33,9 @@ from gateway.providers.base import (
     UpstreamCall,
     UpstreamRequest,
     status_error,
+    tool_input_text,
 )
+from gateway.wire import DECODE_ERRORS
 from gateway.wire.anthropic import (
     ANTHROPIC_VERSION,
     AnthropicUsage,
@@ -152,7 +152,7 @@ class AnthropicStreamTranslator:
             return []
         try:
             event = event_decoder.decode(data)
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             raise UpstreamProtocolError(f"upstream sent a malformed event: {exc}") from None
         kind = event.type or frame.event
         if kind == "content_block_delta":
@@ -257,7 +257,7 @@ def completion_from_message(call: UpstreamCall, body: bytes) -> tuple[ChatComple
     """A non-streaming Anthropic answer as one `chat.completion`."""
     try:
         message = message_decoder.decode(body)
-    except msgspec.DecodeError as exc:
+    except DECODE_ERRORS as exc:
         raise UpstreamProtocolError(f"upstream sent a malformed message: {exc}") from None
     forced = answer_tool(call.request)
     texts: list[str] = []
@@ -270,7 +270,7 @@ def completion_from_message(call: UpstreamCall, body: bytes) -> tuple[ChatComple
             thinking.append(block.thinking)
         elif block.type == "tool_use":
             raw = bytes(block.input) if block.input else b""
-            arguments = raw.decode() if raw.strip() else "{}"
+            arguments = tool_input_text(raw) if raw.strip() else "{}"
             if forced is not None and block.name == forced:
                 texts.append(arguments)
             else:
@@ -304,7 +304,7 @@ def native_unary_result(call: UpstreamCall, body: bytes) -> UnaryResult:
     only for usage and the model id."""
     try:
         message = message_decoder.decode(body)
-    except msgspec.DecodeError as exc:
+    except DECODE_ERRORS as exc:
         raise UpstreamProtocolError(f"upstream sent a malformed message: {exc}") from None
     counter = UsageCounter()
     counter.update(message.usage)
@@ -317,7 +317,7 @@ def error_from_body(status: int, body: bytes) -> UpstreamError:
     """Map an Anthropic error body; anything else keeps a short excerpt of the body."""
     try:
         error = error_body_decoder.decode(body).error
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         text = body[:300].decode("utf-8", "replace").strip()
         return status_error(status, text or f"upstream answered HTTP {status}")
     return status_error(status, error.message, type=error.type or None, code=error.type or None)

@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError
-from gateway.providers.base import UpstreamCall, UpstreamRequest
+from gateway.providers.base import UpstreamCall, UpstreamRequest, path_segment
 from gateway.providers.openai import OpenAIAdapter, error_from_body, upstream_body
 
 V1_VERSIONS = frozenset({"v1", "preview"})
@@ -66,7 +66,7 @@ class AzureAdapter(OpenAIAdapter):
             return self._responses_url
         if self.v1:
             return self._url
-        return self._prefix + quote(call.model, safe="") + self._suffix
+        return self._prefix + path_segment(call.model) + self._suffix
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest:
         headers = {"Content-Type": "application/json"}

@@ -9,12 +9,18 @@ not import asyncio or aiohttp.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+from urllib.parse import quote
 
 import msgspec
 
 from gateway.config import ProviderConfig, ProviderKey
-from gateway.errors import UpstreamError, UpstreamStatusError
+from gateway.errors import (
+    GatewayError,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamStatusError,
+)
 from gateway.wire.openai_chat import ChatChunk, ChatRequest, Usage
 
 
@@ -103,6 +109,34 @@ class ProviderAdapter(Protocol):
     ) -> UpstreamError: ...
 
 
+E = TypeVar("E", bound=GatewayError)
+
+
+def hide_credentials(err: E, key: ProviderKey | None, access_token: str | None = None) -> E:
+    """`err` with the attempt's credentials cut out of its message. Upstreams quote the key
+    they were sent in error messages (401s are reworded in `status_error`, but a proxy or an
+    OpenAI-compatible server may do it in a 400, a 500 or a stream's error event), and an
+    upstream's message is what the client is shown."""
+    secrets = [access_token or ""]
+    if key is not None:
+        secrets += [s.reveal() if s else "" for s in (key.key, key.aws_access_key_id)]
+        secrets += [s.reveal() if s else "" for s in (key.aws_secret_access_key,)]
+        secrets += [key.aws_session_token.reveal() if key.aws_session_token else ""]
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
+        if secret in err.message:
+            err.message = err.message.replace(secret, "[redacted]")
+            err.args = (err.message,)
+    return err
+
+
+def path_segment(value: str, safe: str = "") -> str:
+    """`value` (a client-chosen model name) URL-escaped as one segment of an upstream path.
+    A dot segment is escaped too: `quote` leaves `.` alone, and servers and proxies resolve
+    `/model/../converse` to `/converse`, so `..` would climb out of the model's place."""
+    escaped = quote(value, safe=safe)
+    return escaped.replace(".", "%2E") if escaped in (".", "..") else escaped
+
+
 RETRYABLE_STATUSES = frozenset({401, 403, 408, 409, 429})
 
 
@@ -132,3 +166,12 @@ def status_error(
     if not retryable and type:
         err.type = type
     return err
+
+
+def tool_input_text(raw: bytes) -> str:
+    """A tool call's input as the upstream sent it (a `msgspec.Raw`: JSON the decoder did
+    not look into, so not checked for UTF-8) as text for the client."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise UpstreamProtocolError("upstream sent tool input that is not UTF-8") from None

@@ -24,9 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from urllib.parse import quote
-
-import msgspec
 
 from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
@@ -36,10 +33,13 @@ from gateway.providers.base import (
     UnaryResult,
     UpstreamCall,
     UpstreamRequest,
+    path_segment,
     status_error,
+    tool_input_text,
 )
 from gateway.providers.bedrock_request import build_converse_request
 from gateway.providers.sigv4 import sign
+from gateway.wire import DECODE_ERRORS
 from gateway.wire.bedrock import (
     StreamEvent,
     TokenUsage,
@@ -148,7 +148,7 @@ class BedrockStreamTranslator:
             )
         try:
             event = event_decoder.decode(frame.payload) if frame.payload else StreamEvent()
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             raise UpstreamProtocolError(f"upstream sent a malformed event: {exc}") from None
         name = frame.event_type
         if name == "contentBlockDelta":
@@ -180,7 +180,7 @@ class BedrockStreamTranslator:
         message = ""
         try:
             message = event_decoder.decode(frame.payload).message or ""
-        except msgspec.DecodeError:
+        except DECODE_ERRORS:
             message = frame.payload[:300].decode("utf-8", "replace").strip()
         return UpstreamStreamError(
             message or f"the upstream reported {code} mid-stream",
@@ -224,7 +224,7 @@ class BedrockStreamTranslator:
             return []  # a server-side tool's input, or a block never started
         try:
             fragment = fragment_decoder.decode(delta.tool_use.input)
-        except msgspec.DecodeError:
+        except DECODE_ERRORS:
             raise UpstreamProtocolError("upstream sent a non-string toolUse input delta") from None
         if not fragment:
             return []
@@ -252,7 +252,7 @@ def completion_from_response(call: UpstreamCall, body: bytes) -> tuple[ChatCompl
     """A Converse answer as one `chat.completion`."""
     try:
         response = response_decoder.decode(body)
-    except msgspec.DecodeError as exc:
+    except DECODE_ERRORS as exc:
         raise UpstreamProtocolError(f"upstream sent a malformed answer: {exc}") from None
     texts: list[str] = []
     thinking: list[str] = []
@@ -268,7 +268,7 @@ def completion_from_response(call: UpstreamCall, body: bytes) -> tuple[ChatCompl
         elif block.tool_use is not None and block.tool_use.type != SERVER_TOOL:
             tool = block.tool_use
             raw = bytes(tool.input)
-            arguments = raw.decode() if raw.strip() not in (b"", b"null") else "{}"
+            arguments = tool_input_text(raw) if raw.strip() not in (b"", b"null") else "{}"
             calls.append(
                 ToolCall(
                     id=tool.tool_use_id or f"call_{call.request_id}_{len(calls)}",
@@ -313,7 +313,7 @@ def error_from_body(status: int, body: bytes, headers: Mapping[str, str]) -> Ups
     try:
         parsed = error_body_decoder.decode(body)
         message = parsed.message or parsed.Message or ""
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         message = body[:300].decode("utf-8", "replace").strip()
     return status_error(status, message or f"upstream answered HTTP {status}", type=kind, code=kind)
 
@@ -332,7 +332,7 @@ class BedrockAdapter:
 
     def url(self, call: UpstreamCall) -> str:
         action = "converse-stream" if call.stream else "converse"
-        return f"{self._base}/model/{quote(call.model, safe='')}/{action}"
+        return f"{self._base}/model/{path_segment(call.model)}/{action}"
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest:
         url = self.url(call)

@@ -14,9 +14,6 @@ Request translation lives in `gemini_request.py`. This module owns the way back:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from urllib.parse import quote
-
-import msgspec
 
 from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
@@ -26,9 +23,11 @@ from gateway.providers.base import (
     UnaryResult,
     UpstreamCall,
     UpstreamRequest,
+    path_segment,
     status_error,
 )
 from gateway.providers.gemini_request import build_body, signed_call_id
+from gateway.wire import DECODE_ERRORS
 from gateway.wire import gemini as g
 from gateway.wire.openai_chat import (
     UNSET,
@@ -88,7 +87,7 @@ def usage_of(u: g.UsageMetadata) -> Usage:
 def decode_response(data: bytes) -> g.GenerateContentResponse:
     try:
         return g.response_decoder.decode(data)
-    except msgspec.DecodeError as exc:
+    except DECODE_ERRORS as exc:
         raise UpstreamProtocolError(f"upstream sent a malformed response: {exc}") from None
 
 
@@ -256,7 +255,7 @@ def error_from_body(status: int, body: bytes) -> UpstreamError:
     """Map Google's error answer; anything else keeps a short excerpt of the body."""
     try:
         err = g.error_body_decoder.decode(body).error
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         text = body[:300].decode("utf-8", "replace").strip()
         return status_error(status, text or f"upstream answered HTTP {status}")
     return status_error(status, err.message, type=err.status, code=err.status)
@@ -275,7 +274,7 @@ class GeminiAdapter:
         self._base = effective_base_url(provider) + "/v1beta/models/"
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest:
-        model = quote(call.model.removeprefix("models/"), safe="-._~")
+        model = path_segment(call.model.removeprefix("models/"), safe="-._~")
         if call.stream:
             url = self._base + model + ":streamGenerateContent?alt=sse"
         else:

@@ -23,6 +23,7 @@ from msgspec import UNSET
 
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
+from gateway.wire import DECODE_ERRORS
 from gateway.wire import gemini as g
 from gateway.wire.openai_chat import ChatRequest, Message
 
@@ -178,7 +179,7 @@ def _function_response(message: Message, name: str) -> g.Part:
     if text.lstrip().startswith("{"):
         try:
             parsed = _json_decoder.decode(text)
-        except msgspec.DecodeError:
+        except DECODE_ERRORS:
             parsed = None
         if isinstance(parsed, dict):
             response = parsed
@@ -190,7 +191,7 @@ def _arguments(arguments: str, param: str) -> dict[str, Any]:
         return {}
     try:
         args = _json_decoder.decode(arguments)
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         raise BadRequest("tool call arguments are not valid JSON", param=param) from None
     if not isinstance(args, dict):
         raise BadRequest("tool call arguments must be a JSON object", param=param)
@@ -216,7 +217,7 @@ def signature_of(call_id: str) -> str | None:
     if not call_id.startswith(_SIGNED):
         return None
     digits, sep, rest = call_id[len(_SIGNED) :].partition("_")
-    if not sep or not digits.isdigit():
+    if not sep or not (digits.isascii() and digits.isdigit()):  # int("²") raises
         return None
     size = int(digits)
     token = rest[:size]

@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
-
 from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.providers.base import (
@@ -30,6 +28,7 @@ from gateway.providers.base import (
     status_error,
 )
 from gateway.providers.ollama_request import build_body
+from gateway.wire import DECODE_ERRORS
 from gateway.wire import ollama as o
 from gateway.wire.openai_chat import (
     UNSET,
@@ -68,7 +67,7 @@ def usage_of(response: o.ChatResponse) -> Usage:
 def decode_response(data: bytes) -> o.ChatResponse:
     try:
         return o.response_decoder.decode(data)
-    except msgspec.DecodeError as exc:
+    except DECODE_ERRORS as exc:
         raise UpstreamProtocolError(f"upstream sent a malformed response: {exc}") from None
 
 
@@ -196,7 +195,7 @@ def error_from_body(status: int, body: bytes) -> UpstreamError:
     """Map Ollama's `{"error": "..."}`; anything else keeps a short excerpt of the body."""
     try:
         error = o.response_decoder.decode(body).error
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         error = UNSET
     if error is UNSET or error is None:
         text = body[:300].decode("utf-8", "replace").strip()

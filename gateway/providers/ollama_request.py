@@ -19,6 +19,7 @@ from msgspec import UNSET
 
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
+from gateway.wire import DECODE_ERRORS
 from gateway.wire import ollama as o
 from gateway.wire.openai_chat import ChatRequest, Message
 
@@ -72,7 +73,7 @@ def _arguments(arguments: str, param: str) -> dict[str, Any]:
         return {}
     try:
         args = _json_decoder.decode(arguments)
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         raise BadRequest("tool call arguments are not valid JSON", param=param) from None
     if not isinstance(args, dict):
         raise BadRequest("tool call arguments must be a JSON object", param=param)

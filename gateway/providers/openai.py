@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import msgspec
-
 from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
@@ -28,6 +26,7 @@ from gateway.providers.base import (
 )
 from gateway.providers.openai_responses import ResponsesStreamTranslator, responses_unary_result
 from gateway.providers.openai_responses_request import responses_body
+from gateway.wire import DECODE_ERRORS
 from gateway.wire.openai_chat import (
     UNSET,
     ErrorDetail,
@@ -38,6 +37,7 @@ from gateway.wire.openai_chat import (
 )
 
 _DONE = b"[DONE]"
+_LF = 10  # ord("\n"): an int needle is a plain memchr
 
 
 def upstream_body(call: UpstreamCall) -> bytes:
@@ -73,14 +73,30 @@ class ChatStreamTranslator:
             return []
         try:
             chunk = chunk_decoder.decode(data)
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             raise UpstreamProtocolError(f"upstream sent a malformed chunk: {exc}") from None
         if chunk.error is not UNSET:
             raise stream_error(chunk.error)
-        return [Translated(chunk, data)]
+        return [Translated(chunk, data if forwardable(data) else None)]
 
     def close(self) -> list[Translated]:
         return []
+
+
+def forwardable(data: bytes) -> bool:
+    """Whether the upstream's own bytes of a chunk can go to the client as one SSE data
+    line; if not, the decoded chunk is encoded again. Not when they hold an LF (JSON sent
+    over several `data:` lines, joined with LF: it would end the client's event early) or
+    invalid UTF-8 (the chunk decoder does not look inside the fields it skips)."""
+    if _LF in data:
+        return False
+    if data.isascii():
+        return True
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def stream_error(detail: ErrorDetail) -> UpstreamStreamError:
@@ -97,7 +113,7 @@ def error_from_body(status: int, body: bytes) -> UpstreamError:
     """Map an OpenAI-shaped error answer; anything else keeps a short excerpt of the body."""
     try:
         detail = error_body_decoder.decode(body).error
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         text = body[:300].decode("utf-8", "replace").strip()
         return status_error(status, text or f"upstream answered HTTP {status}")
     return status_error(
@@ -137,7 +153,7 @@ class OpenAIAdapter:
             return responses_unary_result(call, body)
         try:
             parsed = completion_usage_decoder.decode(body)
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             raise UpstreamProtocolError(f"upstream sent a malformed completion: {exc}") from None
         usage = parsed.usage if parsed.usage is not UNSET else None
         model = parsed.model if parsed.model is not UNSET else None

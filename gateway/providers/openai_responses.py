@@ -26,11 +26,10 @@ adapter's (`openai.py`, `azure.py`). The rules of the translation:
 
 from __future__ import annotations
 
-import msgspec
-
 from gateway.errors import UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
 from gateway.providers.base import Translated, UnaryResult, UpstreamCall
+from gateway.wire import DECODE_ERRORS
 from gateway.wire.openai_chat import (
     ChatChunk,
     ChatCompletion,
@@ -129,7 +128,7 @@ class ResponsesStreamTranslator:
             return []
         try:
             event = event_decoder.decode(data)
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             if _is_unknown_event(data):
                 return []  # a type added after this was written, using a field differently
             raise UpstreamProtocolError(f"upstream sent a malformed event: {exc}") from None
@@ -250,7 +249,7 @@ _HANDLED = frozenset(
 def _is_unknown_event(data: bytes) -> bool:
     try:
         kind = event_type_decoder.decode(data).type
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         return False
     return kind.startswith("response.") and kind not in _HANDLED
 
@@ -261,7 +260,7 @@ def completion_from_response(
     """A non-streaming Responses answer as one `chat.completion`."""
     try:
         response = response_decoder.decode(body)
-    except msgspec.DecodeError as exc:
+    except DECODE_ERRORS as exc:
         raise UpstreamProtocolError(f"upstream sent a malformed response: {exc}") from None
     if response.status == "failed":
         raise failure(response.error, "the upstream response failed")
@@ -321,7 +320,7 @@ def responses_unary_result(call: UpstreamCall, body: bytes) -> UnaryResult:
         # only the head is read: the output items go to the client as they are
         try:
             head = response_head_decoder.decode(body)
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             raise UpstreamProtocolError(f"upstream sent a malformed response: {exc}") from None
         if head.status == "failed":
             raise failure(head.error, "the upstream response failed")

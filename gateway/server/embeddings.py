@@ -52,6 +52,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.observability.access import RECORD
+from gateway.providers.base import hide_credentials
 from gateway.routing.balancer import unavailable
 from gateway.routing.health import REFUSED
 from gateway.routing.router import Attempt
@@ -234,6 +235,7 @@ class EmbeddingsRun:
                 refused = refused or err  # this target cannot take the request: the next may
                 continue
             except UpstreamError as err:
+                hide_credentials(err, attempt.key)
                 report_failure(attempt, ticket, err)
                 errors.append(err)
                 if not err.retryable:

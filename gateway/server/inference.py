@@ -41,6 +41,7 @@ from gateway.observability.metrics import OTHER_ROUTE
 from gateway.providers.base import NativeRequest
 from gateway.routing.router import Attempt
 from gateway.server.auth import PRINCIPAL
+from gateway.server.limits import SLOTS, check_chat
 from gateway.server.state import REQUEST_ID, STATE
 from gateway.stream.actor import StreamActor
 from gateway.stream.chat_outbound import ChatOutbound
@@ -48,6 +49,7 @@ from gateway.stream.outbound import Outbound
 from gateway.wire.openai_chat import ChatRequest, PromptTokensDetails, Usage
 
 COST_HEADER = "x-gateway-cost-usd"
+CLIENT_TOO_SLOW = 408  # how the metrics count a stream ended for a client that did not read
 ESTIMATED_HEADER = "x-gateway-cost-estimated"
 
 
@@ -76,7 +78,28 @@ async def serve_chat(
 ) -> web.StreamResponse:
     """Plan the attempts for `chat.model` and run the actor; `body` is the canonical request
     as JSON (what an OpenAI-compatible upstream is sent), `outbound` the client's API (chat
-    when None), `native` the client's own request for upstreams that speak its API."""
+    when None), `native` the client's own request for upstreams that speak its API.
+
+    A chat request is checked against `server.limits` here (the other APIs check their own
+    requests, in their terms); every request holds a concurrency slot until it ends."""
+    state = request.app[STATE]
+    if outbound is None:
+        check_chat(chat, state.config.server.limits)
+    slots = request.app[SLOTS]
+    slot = slots.take(request[PRINCIPAL])
+    try:
+        return await _serve_in_slot(request, chat, body, outbound, native)
+    finally:
+        slots.give_back(slot)
+
+
+async def _serve_in_slot(
+    request: web.Request,
+    chat: ChatRequest,
+    body: dict[str, Any],
+    outbound: Outbound | None,
+    native: NativeRequest | None,
+) -> web.StreamResponse:
     state = request.app[STATE]
     accounting = request.app[ACCOUNTING]
     record = request.get(RECORD)
@@ -148,6 +171,9 @@ async def serve_chat(
             streams.dec()
         if record is not None:
             _observed(record, actor, started)
+            if actor.client.too_slow:
+                # the client stopped reading: its failure, not the upstream's
+                record.failed_status, record.error = CLIENT_TOO_SLOW, "client_write_timeout"
     if not ticket.done:
         # a non-streaming answer, or a stream cut off after its commit point
         settled = await _settle(accounting, ticket, actor, response, record=record)

@@ -41,10 +41,11 @@ from gateway.inbound.messages_request import (
     count_tokens_request,
     translate_request,
 )
-from gateway.providers.base import NativeRequest, UpstreamCall
+from gateway.providers.base import NativeRequest, UpstreamCall, hide_credentials
 from gateway.providers.registry import ADAPTERS
 from gateway.server.auth import PRINCIPAL, authenticate
 from gateway.server.inference import refuse_while_draining, serve_chat
+from gateway.server.limits import check_messages
 from gateway.server.request_body import read_json_object, typed
 from gateway.server.state import REQUEST_ID, STATE, GatewayState
 from gateway.stream.outcome import final_error
@@ -82,6 +83,7 @@ async def _read_body(request: web.Request) -> tuple[dict[str, Any], InboundReque
     params = typed(body, InboundRequest)
     if not params.messages:
         raise BadRequest("messages: at least one message is required", param="messages")
+    check_messages(body, request.app[STATE].config.server.limits)
     return body, params
 
 
@@ -182,7 +184,7 @@ async def count_tokens(request: web.Request) -> web.Response:
             [UpstreamProtocolError(f"malformed count_tokens answer: {exc}")]
         ) from None
     except UpstreamError as err:
-        raise final_error([err]) from None
+        raise final_error([hide_credentials(err, attempt.key)]) from None
     headers = {
         "x-gateway-provider": attempt.provider.name,
         "x-gateway-model": attempt.model,

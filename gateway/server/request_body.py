@@ -18,13 +18,22 @@ _MISSING = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
 
 async def read_json_object(request: web.Request) -> dict[str, Any]:
     """The body as a JSON object; 413 past the size limit (raised by aiohttp), 400 otherwise."""
-    raw = await request.read()
+    try:
+        raw = await request.read()
+    except web.RequestPayloadError as exc:
+        # a body the client compressed (Content-Encoding) or chunked wrongly; aiohttp's
+        # message ends with the reason ("Can not decode content-encoding: gzip")
+        reason = str(exc).strip().splitlines()[-1].strip()
+        raise BadRequest(f"The request body could not be read: {reason}") from None
     if not raw.strip():
         raise BadRequest("The request body is empty; expected a JSON object")
     try:
         body = _json.decode(raw)
     except msgspec.DecodeError as exc:
         raise BadRequest(f"The request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        # msgspec recurses per nesting level and stops at the interpreter's limit
+        raise BadRequest("The request body is not valid JSON: it is nested too deeply") from None
     if not isinstance(body, dict):
         raise BadRequest(f"The request body must be a JSON object, not {type(body).__name__}")
     return body

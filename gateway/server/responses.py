@@ -35,6 +35,7 @@ from gateway.inbound.responses_result import Finished
 from gateway.providers.base import NativeRequest
 from gateway.server.auth import authenticate
 from gateway.server.inference import refuse_while_draining, serve_chat
+from gateway.server.limits import check_responses
 from gateway.server.request_body import read_json_object, typed
 from gateway.server.state import STATE
 from gateway.store.kv import KeyValueStore, StoreError
@@ -62,6 +63,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     refuse_while_draining(request)
     body = await read_json_object(request)
     parsed = typed(body, ResponsesRequest)
+    check_responses(body, state.config.server.limits)
     stored = None
     if isinstance(parsed.previous_response_id, str):
         stored = await _previous(state.kv, parsed.previous_response_id)

@@ -37,6 +37,7 @@ from gateway.app import build_app
 from gateway.config import Config
 from gateway.observability.logs import configure_logging
 from gateway.observability.segments import retire
+from gateway.server.limits import GatewayRunner, header_handler_args
 from gateway.server.state import STATE
 
 log = logging.getLogger("gateway.server")
@@ -69,15 +70,28 @@ def run_worker(config: Config, sock: socket.socket, metrics_dir: Path | None = N
     return 0
 
 
-async def _serve(config: Config, sock: socket.socket, metrics_dir: Path | None) -> None:
-    sock.listen(4096)
-    app = build_app(config, metrics_dir)
-    runner = web.AppRunner(
-        app, handler_cancellation=True, access_log=None, shutdown_timeout=LAST_REQUESTS_GRACE_S
+async def start_site(
+    app: web.Application, config: Config, sock: socket.socket
+) -> tuple[web.AppRunner, web.SockSite]:
+    """Serve `app` on the listening `sock`, with the header limits of `server.limits` and
+    unparsable requests answered in the OpenAI error shape."""
+    runner = GatewayRunner(
+        app,
+        handler_cancellation=True,
+        access_log=None,
+        shutdown_timeout=LAST_REQUESTS_GRACE_S,
+        **header_handler_args(config.server.limits),
     )
     await runner.setup()
     site = web.SockSite(runner, sock)
     await site.start()
+    return runner, site
+
+
+async def _serve(config: Config, sock: socket.socket, metrics_dir: Path | None) -> None:
+    sock.listen(4096)
+    app = build_app(config, metrics_dir)
+    runner, site = await start_site(app, config, sock)
     host, port = sock.getsockname()[:2]
     log.info("listening on http://%s:%s", host if ":" not in host else f"[{host}]", port)
     stop = asyncio.Event()

@@ -1,11 +1,9 @@
 """The sqlite accounting store: one database file shared by the workers of one machine.
 
-Every call runs on one thread this store owns, inside a `BEGIN IMMEDIATE` transaction: it
-takes the database's write lock before it reads, so an admission's checks and its
-reservation are one atomic step across all processes using the file, with no
-read-modify-write race. WAL with `synchronous = NORMAL`: a commit is in the WAL file before
-the call returns, so a settled spend survives a SIGKILL of the process (only a power cut can
-lose the last commits).
+Every call runs on one thread this store owns, inside a `BEGIN IMMEDIATE` transaction (the
+write lock before any read: an admission's checks and reservation are one atomic step across
+processes). WAL with `synchronous = NORMAL`: a commit is in the WAL file before the call
+returns, so a settled spend survives a SIGKILL (only a power cut loses the last commits).
 
 Group commit: calls that arrive while the thread is busy queue, then run together in arrival
 order in ONE transaction (at most MAX_BATCH), each in its own SAVEPOINT: each sees the
@@ -14,11 +12,11 @@ another: a batch never admits past a budget), and one that fails is rolled back 
 alone. A commit costs far more than one call's statements, so under load one serves many.
 No call returns before its batch's COMMIT (nothing is acknowledged that the database does
 not hold); a commit or lock wait that fails fails the whole batch with StoreUnavailable.
-A batch's callers are answered with one wake-up of their event loop.
+A call waits for another process's lock BUSY_TIMEOUT_S in all, its time queued behind a
+batch that waited included. Callers are answered with one wake-up of their event loop.
 
-The rpm and tpm windows count per key and second (`rate_seconds`), so an admission reads
-at most 60 rows whatever the key's rate; a request leaves the window within a second of
-being a minute old.
+The rpm and tpm windows count per key and second (`rate_seconds`): an admission reads at
+most 60 rows; a request leaves the window within a second of being a minute old.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -95,12 +94,14 @@ _ADD_USAGE = (
 
 
 class _Call(NamedTuple):
-    """One queued call: what it runs, whether it writes, and where it is answered."""
+    """One queued call: what it runs, whether it writes, where it is answered, and when
+    it was queued (monotonic)."""
 
     run: Callable[[sqlite3.Connection], Any]
     writes: bool
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
+    queued_at: float
 
 
 # one call's outcome: (None, value) or (the error to raise, None)
@@ -118,6 +119,7 @@ class SqliteLedger:
         self._factory = factory
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-ledger")
         self._conn: sqlite3.Connection | None = None  # only ever touched on self._thread
+        self._busy_ms = 0  # the connection's busy timeout now (set per batch, see _commit)
         self._closed = False
         # the queue is shared by the event loops (which add) and the thread (which takes)
         self._lock = threading.Lock()
@@ -202,7 +204,7 @@ class SqliteLedger:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         with self._lock:
-            self._queue.append(_Call(op, writes, loop, future))
+            self._queue.append(_Call(op, writes, loop, future, time.monotonic()))
             start, self._draining = not self._draining, True
         if start:
             self._thread.submit(self._drain)
@@ -228,7 +230,9 @@ class SqliteLedger:
         try:
             if self._conn is None:
                 self._conn = _connect(self.path, self._factory)
+                self._busy_ms = int(BUSY_TIMEOUT_S * 1000)
             conn = self._conn
+            self._bound_lock_wait(conn, batch[0].queued_at)
             # reads alone need no write lock: another process's writer does not block them
             conn.execute("BEGIN IMMEDIATE" if any(c.writes for c in batch) else "BEGIN")
         except sqlite3.Error as exc:
@@ -243,6 +247,13 @@ class SqliteLedger:
             self._abandon(conn)
             return [(self._failure(exc), None)] if len(batch) == 1 else self._all_failed(batch, exc)
         return outcomes
+
+    def _bound_lock_wait(self, conn: sqlite3.Connection, oldest: float) -> None:
+        # what is left of the oldest call's busy timeout (see the module docstring)
+        ms = max(1, int((BUSY_TIMEOUT_S - (time.monotonic() - oldest)) * 1000))
+        if abs(ms - self._busy_ms) >= 10:  # only after a wait in the queue
+            conn.execute(f"PRAGMA busy_timeout = {ms}")  # an int this module computed
+            self._busy_ms = ms
 
     def _in_savepoint(self, conn: sqlite3.Connection, call: _Call) -> _Outcome:
         conn.execute("SAVEPOINT call")

@@ -34,7 +34,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.framing.registry import make_decoder
-from gateway.providers.base import NativeRequest, UpstreamCall
+from gateway.providers.base import NativeRequest, UpstreamCall, hide_credentials
 from gateway.routing.balancer import unavailable
 from gateway.routing.health import REFUSED
 from gateway.routing.router import Attempt
@@ -108,7 +108,7 @@ class StreamActor:
         self._native = native
         self.attempts = 0
         self.attempt: Attempt | None = None
-        self.client = ClientStream(http, self.loop)
+        self.client = ClientStream(http, self.loop, server.client_write_timeout_s)
         self.client.keepalive_bytes = outbound.keepalive
         self.accumulator: StreamAccumulator | None = None
         self._task: asyncio.Task[Any] | None = None
@@ -169,6 +169,7 @@ class StreamActor:
             try:
                 response = await self._serve(attempt)
             except UpstreamError as err:
+                hide_credentials(err, attempt.key, self._access_token)
                 report_failure(attempt, ticket, err)
                 errors.append(err)
                 if not err.retryable:
@@ -268,7 +269,7 @@ class StreamActor:
         except UpstreamError as err:
             if not self.committed:
                 raise
-            self.stream_error = err
+            self.stream_error = hide_credentials(err, attempt.key, self._access_token)
             return await self.client.end(self.outbound.error(err))
         except ClientGone:
             self._released = True

@@ -3,6 +3,13 @@ backpressure, ended in one write.
 
 Owned by one StreamActor. Headers are buffered by aiohttp and leave with the first body
 bytes; a failed write to a client that left raises `ClientGone`.
+
+A client that stops reading: while the connection's send buffer has room a write returns at
+once (the normal case costs two comparisons, no timer). A write that could fill it first
+waits for the client to drain it, and all the waiting since the client fell behind is
+bounded by `write_timeout_s` (`server.client_write_timeout_s`); past it the connection is
+aborted and `ClientTooSlow` raised, so the actor ends, the upstream is aborted and what is
+buffered for this client stays below the transport's high-water mark plus one write.
 """
 
 from __future__ import annotations
@@ -29,14 +36,30 @@ class _SSEResponse(web.StreamResponse):
     _send_headers_immediately = False
 
 
+DEFAULT_HIGH_WATER = 65536  # asyncio's and uvloop's default, for a transport that hides it
+FRAMING_SLACK = 32  # what chunked encoding adds around one write
+
+
 class ClientGone(Exception):
     """The client closed its connection; nothing more can be sent."""
 
 
+class ClientTooSlow(ClientGone):
+    """The client read nothing for `write_timeout_s` while a write waited: cut off."""
+
+
 class ClientStream:
-    def __init__(self, http: web.Request, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, http: web.Request, loop: asyncio.AbstractEventLoop, write_timeout_s: float = 30.0
+    ) -> None:
         self._http = http
         self._loop = loop
+        self.write_timeout_s = write_timeout_s
+        self.too_slow = False
+        self._high_water = DEFAULT_HIGH_WATER
+        # loop time since which writes have waited for the client; None: it keeps up. Kept
+        # across writes interrupted by the actor's timer, so the bound is not restarted.
+        self._behind_since: float | None = None
         # Set by the actor for each attempt, so they are true at the commit point. (Not a
         # callback into the actor: that would be a reference cycle per request, and cycles
         # are freed only by the garbage collector's pauses.)
@@ -73,9 +96,20 @@ class ClientStream:
         """Write with backpressure. A write that completes counts as progress for the idle
         deadline (a client slow to read must not look like a silent upstream); a keep-alive
         (`progress=False`) does not."""
-        assert self.response is not None
+        response = self.response
+        assert response is not None
+        transport = self._http.transport
         try:
-            await self.response.write(data)
+            if (
+                self._behind_since is None
+                and transport is not None
+                and not self._http.protocol.writing_paused
+                and transport.get_write_buffer_size() + len(data) + FRAMING_SLACK
+                <= self._high_water
+            ):
+                await response.write(data)  # stays under the high-water mark: cannot wait
+            else:
+                await self._write_bounded(response, data, eof=False)
         except _CLIENT_GONE:
             raise ClientGone from None
         deadlines = self.deadlines
@@ -93,14 +127,37 @@ class ClientStream:
             if self.pending:
                 data = b"".join(self.pending) + data
                 self.pending = []
-            await response.write_eof(data)
+            await self._write_bounded(response, data, eof=True)
         except (ClientGone, *_CLIENT_GONE):
             pass
         assert self.response is not None
         return self.response
 
+    async def _write_bounded(self, response: web.StreamResponse, data: bytes, *, eof: bool) -> None:
+        """Wait for the client to drain what is buffered, then write, all within what is
+        left of `write_timeout_s` since the client fell behind."""
+        if self._behind_since is None:
+            self._behind_since = self._loop.time()
+        try:
+            async with asyncio.timeout_at(self._behind_since + self.write_timeout_s):
+                await self._http.writer.drain()
+                if eof:
+                    await response.write_eof(data)
+                else:
+                    await response.write(data)
+        except TimeoutError:
+            self.too_slow = True
+            transport = self._http.transport
+            if transport is not None:
+                transport.abort()  # drops what is buffered; the connection is unusable now
+            raise ClientTooSlow from None
+        self._behind_since = None
+
     async def _start(self) -> web.StreamResponse:
         self.committed = True
+        transport = self._http.transport
+        if transport is not None:
+            self._high_water = transport.get_write_buffer_limits()[1]
         response = self.response = _SSEResponse(status=200, headers={**SSE_HEADERS, **self.headers})
         try:
             await response.prepare(self._http)
