@@ -1,5 +1,6 @@
-"""Chaos run: a bounded load through a gateway process in front of faulty upstreams (OpenAI
-and Anthropic kinds, several keys, three priorities) while failures are injected at random.
+"""Chaos run: a bounded load through a gateway process in front of faulty upstreams
+(OpenAI, Anthropic and Bedrock kinds, several keys, three priorities) while failures are
+injected at random.
 
 Every request must end as a success (the healthy answer, whole: the text, the exact tool
 calls, one finish_reason, `[DONE]`) or as a proper error (an OpenAI-shaped HTTP error, or for
@@ -65,9 +66,16 @@ def config(east: FaultyUpstream, west: FaultyUpstream) -> str:
 
     def provider(name: str, kind: str, url: str, keys: list[int], timeouts: str = fast) -> str:
         listed = ", ".join(f"{{key: sk-{name}-{i}, weight: {w}}}" for i, w in enumerate(keys))
+        extra = ""
+        if kind == "bedrock":  # SigV4 with dummy credentials, as a real deployment signs
+            listed = ", ".join(
+                f"{{aws_access_key_id: AKID{name}{i}, aws_secret_access_key: dummy, weight: {w}}}"
+                for i, w in enumerate(keys)
+            )
+            extra = ", region: us-east-1"
         return (
             f"\n  - {{name: {name}, kind: {kind}, base_url: '{url}', keys: [{listed}],"
-            f" timeouts: {timeouts}}}"
+            f" timeouts: {timeouts}{extra}}}"
         )
 
     return f"""
@@ -78,19 +86,29 @@ providers:{provider("oa_east", "openai", east.openai_url, [3, 1, 1])}\
 {provider("oa_west", "openai", west.openai_url, [1, 1])}\
 {provider("an_main", "anthropic", east.anthropic_url, [2, 1])}\
 {provider("an_back", "anthropic", west.anthropic_url, [1])}\
+{provider("br_main", "bedrock", west.bedrock_url, [2, 1, 1, 1])}\
 {provider("canary", "openai", east.openai_url, [1], "{first_byte_s: 5, idle_s: 5}")}
 models:
   - name: chaos-a
     targets:
       - {{provider: oa_east, model: ok, priority: 0}}
       - {{provider: an_main, model: ok, priority: 0}}
+      - {{provider: br_main, model: ok, priority: 0}}
       - {{provider: oa_west, model: ok, priority: 1}}
       - {{provider: an_back, model: ok, priority: 2}}
   - name: chaos-b
     targets:
       - {{provider: an_main, model: ok, priority: 0, weight: 1}}
       - {{provider: oa_west, model: ok, priority: 0, weight: 2}}
+      - {{provider: br_main, model: ok, priority: 0, weight: 1}}
       - {{provider: oa_east, model: ok, priority: 1}}
+  # Bedrock first: the other models' (score-ordered) plans seldom start there, and its own
+  # faults (bad CRC, a frame cut short, exception frames) must be met often
+  - name: chaos-c
+    targets:
+      - {{provider: br_main, model: ok, priority: 0}}
+      - {{provider: an_back, model: ok, priority: 1}}
+      - {{provider: oa_east, model: ok, priority: 2}}
   - name: canary
     targets: [{{provider: canary, model: ok}}]
 """
@@ -125,7 +143,7 @@ def draw(rng: random.Random) -> list[Spec]:
         # rest the load drains into 429s, pushing the rest onto fewer keys; with 200 ms a
         # cascade can bench every key and turn most of the run into (proper) 429s.
         modes = tuple(m.replace("rate-limit", "rate-limit-50ms") for m in modes)
-        model = rng.choice(["chaos-a", "chaos-b"])
+        model = rng.choice(["chaos-a", "chaos-b", "chaos-c"])
         specs.append(Spec(f"c{n}", model, stream=rng.random() < 0.5, tools=n % 2 == 0, modes=modes))
     return specs
 
@@ -342,6 +360,7 @@ async def test_chaos_run(
     fds_after, states = await settled_sockets(pid, fds_before)
 
     injected = sum((up.injected() for up in ups), Counter())
+    by_api = Counter((s.api, "ok" if s.mode == "ok" else "fault") for up in ups for s in up.seen())
     line = (
         f"chaos: requests={sum(outcomes.values())} successes={outcomes['success']} "
         f"errors={outcomes['error']} hangs={outcomes['hang']} "
@@ -350,6 +369,7 @@ async def test_chaos_run(
     detail = (
         f"took={took:.1f}s outcomes: {dict(sorted(kinds.items()))}"
         f" upstream answers: {dict(sorted(injected.items()))}"
+        f" by api: {dict(sorted(by_api.items()))}"
         f" gateway fds: {fds_before} before, {fds_after} after"
     )
     (tmp_path / "chaos.txt").write_text(line + "\n" + detail + "\n" + "\n".join(problems))
@@ -368,6 +388,12 @@ async def test_chaos_run(
     failed_over = sum(n for kind, n in kinds.items() if kind.startswith("success")) - first_try
     assert failed_over > 0, detail
     assert sum(n for mode, n in injected.items() if mode != "ok") >= REQUESTS // 10, detail
+    for api in ("openai", "anthropic", "bedrock"):  # every kind answered, and failed
+        assert by_api[api, "ok"] > 0, detail
+        assert by_api[api, "fault"] > 0, detail
+    frame_faults = ("bad-crc", "bad-crc-first", "truncated-frame", "exception")
+    bedrock_seen = [s for up in ups for s in up.seen() if s.api == "bedrock"]
+    assert any(s.mode in frame_faults and s.stream for s in bedrock_seen), detail
 
     assert states[TCP_CLOSE_WAIT] == 0, f"sockets the upstream closed, still open: {states}"
     assert fds_after <= fds_before + IDLE_POOL_BOUND, (fds_before, fds_after, states)

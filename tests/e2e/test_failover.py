@@ -30,6 +30,9 @@ AFTER_COMMIT = [
     ("openai", "bad-json"),
     ("anthropic", "reset-mid"),
     ("anthropic", "stall"),
+    ("bedrock", "bad-crc"),
+    ("bedrock", "truncated-frame"),
+    ("bedrock", "exception"),
 ]
 COMMITTED_TEXT = "".join(TEXT_PIECES[:2])  # what the faulty modes send before failing
 ANTHROPIC_KEY = "sk-ant-answering"
@@ -39,11 +42,15 @@ FAST = "{first_byte_s: 0.5, idle_s: 0.5, total_s: 1.0}"
 
 
 def provider(name: str, kind: str, url: str, timeouts: str = FAST, key: str = "") -> str:
+    keys = f"{{key: {key or 'sk-' + name}}}"
+    if kind == "bedrock":  # SigV4 with dummy credentials; the access key id names the provider
+        keys = f"{{aws_access_key_id: AKID-{name}, aws_secret_access_key: dummy-secret}}"
+        kind += "\n    region: us-east-1"
     return f"""
   - name: {name}
     kind: {kind}
     base_url: {url}
-    keys: [{{key: {key or "sk-" + name}}}]
+    keys: [{keys}]
     timeouts: {timeouts}"""
 
 
@@ -73,10 +80,13 @@ def config(up: FaultyUpstream) -> str:
             models.append(model(f"x-{mode}-{f}", (name, mode), ("an", "ok")))
         providers.append(provider(f"an_over_{f}", "anthropic", up.anthropic_url))
         models.append(model(f"x-overloaded-{f}", (f"an_over_{f}", "overloaded"), ("oa_ok", "ok")))
+    providers.append(provider("br_crc_first", "bedrock", up.bedrock_url))
+    models.append(model("x-bad-crc-first", ("br_crc_first", "bad-crc-first"), ("an", "ok")))
+    urls = {"openai": up.openai_url, "anthropic": up.anthropic_url, "bedrock": up.bedrock_url}
     for kind, mode in AFTER_COMMIT:
         for client in ("raw", "sdk"):
             name = f"{kind}_{mode}_{client}"
-            url = up.openai_url if kind == "openai" else up.anthropic_url
+            url = urls[kind]
             providers.append(provider(name, kind, url))
             models.append(model(f"y-{name}", (name, mode), ("oa_ok", "ok")))
     return (
@@ -187,6 +197,25 @@ def test_anthropic_overloaded_fails_over(
     assert [(s.api, s.mode) for s in up.seen(tag)] == [
         ("anthropic", "overloaded"),
         ("openai", "ok"),
+    ]
+
+
+def test_bedrock_bad_crc_before_commit_fails_over(
+    client: openai.OpenAI, up: FaultyUpstream
+) -> None:
+    """The first content frame of the ConverseStream body fails its message CRC: nothing
+    reached the client yet, so the Anthropic target answers in its place."""
+    tag, messages = tagged()
+    raw = client.chat.completions.with_raw_response.create(
+        model="x-bad-crc-first", messages=messages, tools=TOOLS, stream=True
+    )
+    assert raw.headers["x-gateway-attempts"] == "2"
+    assert raw.headers["x-gateway-provider"] == "an"
+    assert_healthy_answer(raw, True)
+    seen = [(s.api, s.mode, s.key, s.tools) for s in up.seen(tag)]
+    assert seen == [
+        ("bedrock", "bad-crc-first", "AKID-br_crc_first", True),
+        ("anthropic", "ok", ANTHROPIC_KEY, True),
     ]
 
 

@@ -1,6 +1,8 @@
 """A fake upstream that fails on command: OpenAI Chat Completions (`/v1/chat/completions`,
-SDK base URL `openai_url`) and Anthropic Messages (`/v1/messages`, base URL `anthropic_url`)
-on one aiohttp server, each in its provider's exact wire format (built in faulty_wire.py).
+SDK base URL `openai_url`), Anthropic Messages (`/v1/messages`, base URL `anthropic_url`) and
+Bedrock Converse (`/model/{modelId}/converse-stream` and `/converse`, base URL `bedrock_url`,
+any SigV4 signature accepted) on one aiohttp server, each in its provider's exact wire format
+(built in faulty_wire.py and faulty_bedrock.py).
 
 What one answer does is its *mode*. The upstream model id names it (a gateway target
 `{provider: oa, model: fail-500}` always fails), unless a script says otherwise:
@@ -12,22 +14,36 @@ seed however its requests interleave.
 
   ok               the healthy answer: TEXT, and when the request has tools the two CALLS
                    (OpenAI: their argument deltas interleave 0,1,0,1; Anthropic: a text
-                   block, then two tool_use blocks)
-  fail-<status>    that HTTP status with the provider's error body
+                   block, then two tool_use blocks; Bedrock: a text block, then two toolUse
+                   blocks whose input arrives in fragments, messageStop, metadata)
+  fail-<status>    that HTTP status with the provider's error body (Bedrock: with its
+                   `x-amzn-errortype`)
   rate-limit[-N]   429 with `Retry-After: N` (default 1) and a rate-limit error body;
-                   `rate-limit-<N>ms` adds `retry-after-ms: N` (Retry-After rounded up)
+                   `rate-limit-<N>ms` adds `retry-after-ms: N` (Retry-After rounded up);
+                   Bedrock: a ThrottlingException 429, which names no wait
   reset-before     the connection is reset (RST) before any byte of the answer
   reset-mid        headers and some content, then the connection is reset
   slow-first-byte  SLOW_S of silence before the headers, then the healthy answer
   stall            headers and some content, then silence until the client hangs up
   overloaded       Anthropic: `event: error` (overloaded_error) right after message_start
                    (non-streaming: 529); OpenAI: the role chunk, then an error event
-                   (non-streaming: 503)
+                   (non-streaming: 503); Bedrock: a serviceUnavailableException exception
+                   frame right after messageStart (non-streaming: 503)
+  exception        some content, then the provider's in-stream error: Bedrock a
+                   throttlingException `:message-type: exception` frame, the others their
+                   overloaded event (non-streaming: Bedrock 429, the others as overloaded)
   truncated        some content, then a clean end of the body: no finish, no [DONE]
                    (non-streaming: half the JSON, with a Content-Length that matches it)
   bad-json         some content, then a data line that is not JSON in place of the next
                    piece (non-streaming: a body that is not JSON)
   bad-json-first   the same, in place of the first piece: before any content
+                   (Bedrock: a well-framed frame whose payload is cut inside its JSON)
+  truncated-frame  some content, then the first half of the next event and a clean end of
+                   the body: the connection closes mid-frame (non-streaming: as truncated)
+  bad-crc          Bedrock: some content, then the next frame with a wrong message CRC;
+                   APIs without checksums (SSE) stand it in as bad-json, and record that
+  bad-crc-first    the same, in place of the first piece (stand-in: bad-json-first);
+                   non-streaming, both are bad-json
 
 "Some content" is the first two pieces of TEXT, so a gateway has committed by then. Every
 request is recorded (`seen()`) with the mode it got.
@@ -48,6 +64,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.upstreams.faulty_bedrock import BEDROCK, bad_crc
 from tests.upstreams.faulty_wire import ANTHROPIC, CALLS, OPENAI, TEXT, TEXT_PIECES, TOOLS, Api
 from tests.upstreams.threaded import ThreadedUpstream
 
@@ -64,18 +81,33 @@ FAILURES = (
     "truncated",
     "bad-json",
     "bad-json-first",
+    "exception",
+    "truncated-frame",
+    "bad-crc",
+    "bad-crc-first",
+)
+# the modes that send "some content" first, then go wrong
+AFTER_SOME_CONTENT = (
+    "reset-mid",
+    "stall",
+    "truncated",
+    "bad-json",
+    "bad-crc",
+    "exception",
+    "truncated-frame",
 )
 SLOW_S = 1.5
 HOLD_S = 30.0  # longest a stalled or reset answer waits for the client to hang up
 CUT = 61  # write size: events arrive split at odd places, as networks deliver them
 TAG = re.compile(r"tag:([A-Za-z0-9_.-]+)")
+SIGV4_KEY = re.compile(r"Credential=([^/,]+)/")
 
 
 @dataclass(frozen=True)
 class Seen:
     """One request as the upstream saw it."""
 
-    api: str  # "openai" or "anthropic"
+    api: str  # "openai", "anthropic" or "bedrock"
     model: str
     mode: str
     tag: str | None
@@ -120,9 +152,15 @@ class FaultyUpstream(ThreadedUpstream):
     def anthropic_url(self) -> str:
         return self.base_url
 
+    @property
+    def bedrock_url(self) -> str:
+        return self.base_url
+
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._openai)
         app.router.add_post("/v1/messages", self._anthropic)
+        app.router.add_post("/model/{model_id}/converse-stream", self._bedrock)
+        app.router.add_post("/model/{model_id}/converse", self._bedrock)
 
     # --- commands, from any thread ----------------------------------------------------------
 
@@ -139,7 +177,7 @@ class FaultyUpstream(ThreadedUpstream):
         with self._lock:
             return Counter(s.mode for s in self._seen)
 
-    # --- the two APIs ---------------------------------------------------------------------
+    # --- the three APIs ---------------------------------------------------------------------
 
     async def _openai(self, request: web.Request) -> web.StreamResponse:
         key = request.headers.get("Authorization", "").removeprefix("Bearer ")
@@ -148,11 +186,23 @@ class FaultyUpstream(ThreadedUpstream):
     async def _anthropic(self, request: web.Request) -> web.StreamResponse:
         return await self._answer(request, ANTHROPIC, request.headers.get("x-api-key", ""))
 
+    async def _bedrock(self, request: web.Request) -> web.StreamResponse:
+        """Converse: the model id and streaming are in the path, tools in `toolConfig`; the
+        access key id of the SigV4 credential is the key."""
+        found = SIGV4_KEY.search(request.headers.get("Authorization", ""))
+        body = await request.json()
+        body["model"] = request.match_info["model_id"]
+        body["stream"] = request.path.endswith("/converse-stream")
+        body["tools"] = body.get("toolConfig", {}).get("tools")
+        return await self._answer(request, BEDROCK, found.group(1) if found else "", body)
+
     def _record(self, api: Api, body: dict[str, Any], key: str) -> Seen:
         model = str(body.get("model", ""))
         found = TAG.search(json.dumps(body.get("messages")))
         tag = found.group(1) if found else None
         mode = self.scripts.next(tag) or model
+        if mode.startswith("bad-crc") and not api.checksummed:
+            mode = mode.replace("bad-crc", "bad-json")
         seen = Seen(
             api.name, model, mode, tag, key, bool(body.get("stream")), bool(body.get("tools"))
         )
@@ -160,32 +210,34 @@ class FaultyUpstream(ThreadedUpstream):
             self._seen.append(seen)
         return seen
 
-    async def _answer(self, request: web.Request, api: Api, key: str) -> web.StreamResponse:
-        seen = self._record(api, await request.json(), key)
+    async def _answer(
+        self, request: web.Request, api: Api, key: str, body: dict[str, Any] | None = None
+    ) -> web.StreamResponse:
+        seen = self._record(api, body if body is not None else await request.json(), key)
         mode = seen.mode
         if mode.startswith("fail-"):
             status = int(mode.removeprefix("fail-"))
-            message = f"faulty upstream refused the request with {status} ({mode})"
-            return web.json_response(api.error(status, message), status=status)
+            return _error(
+                api, status, f"faulty upstream refused the request with {status} ({mode})"
+            )
         if mode.startswith("rate-limit"):
             wait = mode.removeprefix("rate-limit").removeprefix("-") or "1"
             headers = {"Retry-After": wait}
             if wait.endswith("ms"):
                 ms = int(wait.removesuffix("ms"))
                 headers = {"retry-after-ms": str(ms), "Retry-After": str(-(-ms // 1000))}
-            body = api.error(429, f"rate limited, retry in {wait}")
-            return web.json_response(body, status=429, headers=headers)
+            return _error(api, 429, f"rate limited, retry in {wait}", headers)
         if mode == "reset-before":
             return await _reset(request)
         if mode == "slow-first-byte":
             await asyncio.sleep(SLOW_S)
             mode = "ok"
         elif mode == "overloaded" and not seen.stream:
-            status = api.overloaded_status
-            return web.json_response(api.error(status, "Overloaded"), status=status)
+            return _error(api, api.overloaded_status, "Overloaded")
+        elif mode == "exception" and not seen.stream:
+            return _error(api, api.exception_status, "faulty upstream gave up mid-answer")
         if mode not in ("ok", *FAILURES):
-            body = api.error(400, f"faulty upstream has no mode {mode!r}")
-            return web.json_response(body, status=400)
+            return _error(api, 400, f"faulty upstream has no mode {mode!r}")
         if seen.stream:
             return await self._stream(request, api, mode, seen.tools)
         return await self._unary(request, api, mode, seen.tools)
@@ -195,22 +247,29 @@ class FaultyUpstream(ThreadedUpstream):
     ) -> web.StreamResponse:
         events = api.events(tools)
         some = api.lead + 2  # the events up to and including two content pieces
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        response = web.StreamResponse(headers={"Content-Type": api.content_type})
         await response.prepare(request)
         if mode == "overloaded":
             await _send(response, events[0] + api.overloaded_event)  # role / message_start
-        elif mode == "bad-json-first":
-            broken = [*events[: api.lead], api.broken, *events[api.lead + 1 :]]
-            await _send(response, b"".join(broken))
-        elif mode in ("reset-mid", "stall", "truncated", "bad-json"):
+        elif mode in ("bad-json-first", "bad-crc-first"):
+            first = events[api.lead]
+            broken = api.broken if mode == "bad-json-first" else bad_crc(first)
+            await _send(response, b"".join([*events[: api.lead], broken, *events[api.lead + 1 :]]))
+        elif mode in AFTER_SOME_CONTENT:
             await _send(response, b"".join(events[:some]))
             await asyncio.sleep(0.05)  # let the gateway pass the content on first
             if mode == "reset-mid":
                 return await _reset(request)
             if mode == "stall":
                 await asyncio.sleep(HOLD_S)
-            if mode == "bad-json":
-                await _send(response, b"".join([api.broken, *events[some + 1 :]]))
+            rest = events[some + 1 :]
+            if mode in ("bad-json", "bad-crc"):
+                broken = api.broken if mode == "bad-json" else bad_crc(events[some])
+                await _send(response, b"".join([broken, *rest]))
+            if mode == "exception":
+                await _send(response, api.exception_event)
+            if mode == "truncated-frame":
+                await _send(response, events[some][: len(events[some]) // 2])
         else:
             await _send(response, b"".join(events))
         return response
@@ -222,9 +281,9 @@ class FaultyUpstream(ThreadedUpstream):
         half = whole[: len(whole) // 2]
         if mode in ("ok", "overloaded"):
             return web.Response(body=whole, content_type="application/json")
-        if mode == "truncated":
+        if mode in ("truncated", "truncated-frame"):
             return web.Response(body=half, content_type="application/json")
-        if mode.startswith("bad-json"):
+        if mode.startswith(("bad-json", "bad-crc")):
             return web.Response(body=b"{not json" + half, content_type="application/json")
         # reset-mid, stall: the whole body is announced, half of it arrives
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -236,6 +295,15 @@ class FaultyUpstream(ThreadedUpstream):
             return await _reset(request)
         await asyncio.sleep(HOLD_S)
         return response
+
+
+def _error(
+    api: Api, status: int, message: str, retry: dict[str, str] | None = None
+) -> web.Response:
+    headers = api.error_headers(status)
+    if retry and api.retry_after:
+        headers.update(retry)
+    return web.json_response(api.error(status, message), status=status, headers=headers)
 
 
 async def _send(response: web.StreamResponse, blob: bytes) -> None:

@@ -6,6 +6,7 @@ with tools the two CALLS, so a client cannot tell which provider answered."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,6 +197,16 @@ def anthropic_error(status: int, message: str) -> dict[str, Any]:
 
 
 OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+OPENAI_OVERLOADED = sse(
+    {
+        "error": {
+            "message": "Overloaded",
+            "type": "server_error",
+            "param": None,
+            "code": "overloaded",
+        }
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -209,7 +220,13 @@ class Api:
     lead: int  # events before the first content piece
     overloaded_event: bytes
     overloaded_status: int
-    broken: bytes  # a data line cut inside its JSON
+    broken: bytes  # an event cut inside its JSON
+    exception_event: bytes  # the provider's in-stream error, sent after some content
+    exception_status: int  # what a non-streaming answer says instead
+    content_type: str = "text/event-stream"
+    error_headers: Callable[[int], dict[str, str]] = lambda status: {}
+    retry_after: bool = True  # a 429 says when to come back (Bedrock's does not)
+    checksummed: bool = False  # frames carry a CRC (else bad-crc modes stand in as bad-json)
 
 
 OPENAI = Api(
@@ -218,18 +235,11 @@ OPENAI = Api(
     openai_completion,
     openai_error,
     1,
-    sse(
-        {
-            "error": {
-                "message": "Overloaded",
-                "type": "server_error",
-                "param": None,
-                "code": "overloaded",
-            }
-        }
-    ),
+    OPENAI_OVERLOADED,
     503,
     b'data: {"id":"chatcmpl-faulty","object":"chat.completion.chunk","choices":[{"ind\n\n',
+    OPENAI_OVERLOADED,
+    503,
 )
 ANTHROPIC = Api(
     "anthropic",
@@ -240,4 +250,6 @@ ANTHROPIC = Api(
     sse(OVERLOADED, "error"),
     529,
     b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"del\n\n',
+    sse(OVERLOADED, "error"),
+    529,
 )
