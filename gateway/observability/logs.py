@@ -126,13 +126,44 @@ class BatchingHandler(logging.StreamHandler):  # type: ignore[type-arg]
         with self.lock or contextlib.nullcontext():
             lines, self._lines, self._size = self._lines, [], 0
             try:
-                if lines:
-                    self.stream.write("\n".join(lines) + "\n")
                 self.stream.flush()
+                if lines:
+                    self._write(lines)
             except (OSError, ValueError):
                 # a stream that is gone (closed, a full disk): logging must never take a
                 # request or the shutdown down with it; the lines are dropped
                 pass
+
+    def _write(self, lines: list[str]) -> None:
+        """The lines in pieces of whole lines, each one write() of at most PIPE_BUF bytes
+        where the stream is a file descriptor: the workers of `--workers N` share stderr,
+        and a write that size is never interleaved with another process's, on a pipe or a
+        file, so no line is ever cut by another worker's."""
+        try:
+            fd = self.stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            self.stream.write("\n".join(lines) + "\n")
+            return
+        piece: list[bytes] = []
+        size = 0
+        for line in lines:
+            data = line.encode("utf-8", "replace") + b"\n"
+            if piece and size + len(data) > PIPE_BUF:
+                _write_all(fd, b"".join(piece))
+                piece, size = [], 0
+            piece.append(data)
+            size += len(data)
+        if piece:
+            _write_all(fd, b"".join(piece))
+
+
+PIPE_BUF = 4096  # POSIX's atomic pipe write size on Linux
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
 
 
 def flush_access_log() -> None:

@@ -70,7 +70,10 @@ def value(
 def served_by(log: Path) -> dict[int, int]:
     """Access-log lines per worker pid."""
     pids: dict[int, int] = {}
-    for line in log.read_text().splitlines():
+    text = log.read_text()
+    # a worker may be writing right now: only whole lines count (each batch is written
+    # in line-aligned pieces, so a line is never split by another worker's)
+    for line in text[: text.rfind("\n") + 1].splitlines():
         if line.startswith('{"ts"'):
             pid = json.loads(line)["pid"]
             pids[pid] = pids.get(pid, 0) + 1
