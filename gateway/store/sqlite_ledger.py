@@ -5,15 +5,24 @@ write lock before any read: an admission's checks and reservation are one atomic
 processes). WAL with `synchronous = NORMAL`: a commit is in the WAL file before the call
 returns, so a settled spend survives a SIGKILL (only a power cut loses the last commits).
 
-Group commit: calls that arrive while the thread is busy queue, then run together in arrival
-order in ONE transaction (at most MAX_BATCH), each in its own SAVEPOINT: each sees the
-effects of those before it exactly as if it ran alone (admissions are judged one after
-another: a batch never admits past a budget), and one that fails is rolled back and fails
-alone. A commit costs far more than one call's statements, so under load one serves many.
-No call returns before its batch's COMMIT (nothing is acknowledged that the database does
-not hold); a commit or lock wait that fails fails the whole batch with StoreUnavailable.
-A call waits for another process's lock BUSY_TIMEOUT_S in all, its time queued behind a
-batch that waited included. Callers are answered with one wake-up of their event loop.
+Group commit: calls that arrive together run together in arrival order in ONE transaction (at
+most MAX_BATCH), each in its own SAVEPOINT: each sees the effects of those before it exactly as
+if it ran alone (admissions are judged one after another: a batch never admits past a budget),
+and one that fails is rolled back and fails alone. A commit costs far more than one call's
+statements, so under load one serves many. No call returns before its batch's COMMIT (nothing
+is acknowledged that the database does not hold); a commit or lock wait that fails fails the
+whole batch with StoreUnavailable.
+
+Where a batch runs: on the event loop itself, in a callback scheduled when the first call of
+the batch arrives (so it holds every call made in that loop iteration), with a busy timeout of
+zero. A transaction here takes tens of microseconds, far less than handing it to a thread and
+waking the loop again (two cross-core wake-ups per call at one request in flight). The loop
+never waits for a lock: when another process holds the write lock the batch goes to the
+store's thread, which waits for it BUSY_TIMEOUT_S in all (its time queued behind a batch that
+waited included), and calls keep going there until its queue is empty. The connection is
+opened on the thread, and one owner (the loop's callback or the thread) at a time uses it.
+Commits never checkpoint (an fsync): the thread runs a PASSIVE checkpoint on a connection of its
+own every CHECKPOINT_EVERY commits.
 
 The rpm and tpm windows count per key and second (`rate_seconds`): an admission reads at
 most 60 rows; a request leaves the window within a second of being a minute old.
@@ -29,23 +38,21 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import msgspec
 
+from gateway.store import sqlite_ledger_ops as ops
 from gateway.store.kv import StoreUnavailable
 from gateway.store.ledger import (
-    WINDOW_S,
     Admission,
     Admitted,
     Charge,
     KeyRecord,
     KeySpend,
     SpendRow,
-    judge,
     record_decoder,
     record_encoder,
-    window_of,
 )
 
 T = TypeVar("T")
@@ -53,44 +60,10 @@ BUSY_TIMEOUT_S = 5.0
 # calls per transaction: bounds how long one batch holds the write lock (other processes
 # wait for it) and how long its first caller waits for the last one's statements
 MAX_BATCH = 256
-
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS vkeys (id TEXT PRIMARY KEY, secret_hash TEXT NOT NULL UNIQUE,"
-    " record BLOB NOT NULL, created_at REAL NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS reservations (ticket TEXT PRIMARY KEY, key_id TEXT NOT NULL,"
-    " nanos INTEGER NOT NULL, expires_at REAL NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS reservations_key ON reservations (key_id, expires_at)",
-    "CREATE TABLE IF NOT EXISTS rate_seconds (key_id TEXT NOT NULL, second INTEGER NOT NULL,"
-    " requests INTEGER NOT NULL, tokens INTEGER NOT NULL,"
-    " PRIMARY KEY (key_id, second)) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS key_spend (key_id TEXT NOT NULL, window TEXT NOT NULL,"
-    " nanos INTEGER NOT NULL, PRIMARY KEY (key_id, window)) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS usage (key_id TEXT NOT NULL, model TEXT NOT NULL,"
-    " nanos INTEGER NOT NULL, requests INTEGER NOT NULL, input_tokens INTEGER NOT NULL,"
-    " output_tokens INTEGER NOT NULL, estimated INTEGER NOT NULL,"
-    " PRIMARY KEY (key_id, model)) WITHOUT ROWID",
-)
-_ADD_SPEND = (
-    "INSERT INTO key_spend (key_id, window, nanos) VALUES (?, ?, ?)"
-    " ON CONFLICT (key_id, window) DO UPDATE SET nanos = nanos + excluded.nanos"
-)
-_ADD_RATE = (
-    "INSERT INTO rate_seconds VALUES (?, ?, ?, ?) ON CONFLICT (key_id, second) DO UPDATE SET"
-    " requests = requests + excluded.requests, tokens = tokens + excluded.tokens"
-)
-# requests and tokens in the window, and the oldest second that counted each
-_RATE_WINDOW = (
-    "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(tokens), 0),"
-    " MIN(CASE WHEN requests > 0 THEN second END), MIN(CASE WHEN tokens > 0 THEN second END)"
-    " FROM rate_seconds WHERE key_id = ?"
-)
-_ADD_USAGE = (
-    "INSERT INTO usage VALUES (?, ?, ?, 1, ?, ?, ?) ON CONFLICT (key_id, model) DO UPDATE SET"
-    " nanos = nanos + excluded.nanos, requests = requests + 1,"
-    " input_tokens = input_tokens + excluded.input_tokens,"
-    " output_tokens = output_tokens + excluded.output_tokens,"
-    " estimated = estimated + excluded.estimated"
-)
+# commits between two checkpoints: the WAL stays a few MiB
+CHECKPOINT_EVERY = 500
+# who takes the queue next: a loop callback, the thread, or no one (the queue is empty)
+_Owner = Literal["loop", "thread"] | None
 
 
 class _Call(NamedTuple):
@@ -110,27 +83,37 @@ _Outcome = tuple[BaseException | None, Any]
 
 class SqliteLedger:
     """A Ledger in the sqlite database at `path`; opened on the first call. `factory` is
-    the connection class (sqlite3.connect's `factory`), for instrumenting the store."""
+    the connection class (sqlite3.connect's `factory`), for instrumenting the store;
+    `on_loop=False` runs every batch on the thread (for tests of that path)."""
 
     def __init__(
-        self, path: str, *, factory: type[sqlite3.Connection] = sqlite3.Connection
+        self,
+        path: str,
+        *,
+        factory: type[sqlite3.Connection] = sqlite3.Connection,
+        on_loop: bool = True,
     ) -> None:
         self.path = path
         self._factory = factory
+        self._on_loop = on_loop
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-ledger")
-        self._conn: sqlite3.Connection | None = None  # only ever touched on self._thread
+        self._conn: sqlite3.Connection | None = None  # used by the queue's owner only
         self._busy_ms = 0  # the connection's busy timeout now (set per batch, see _commit)
         self._closed = False
-        # the queue is shared by the event loops (which add) and the thread (which takes)
+        # the queue and its owner are shared by the event loops and the thread
         self._lock = threading.Lock()
         self._queue: deque[_Call] = deque()
-        self._draining = False  # a _drain is submitted to the thread and not yet done
+        self._owner: _Owner = None
+        self._commits = 0  # since the last checkpoint was asked for
+        self._checkpointing = False
+        self._checkpoint_conn: sqlite3.Connection | None = None  # only on the thread
+        self._swept: dict[str, int] = {}  # ops.admit's, used by the queue's owner only
 
     async def admit(self, ask: Admission) -> Admitted:
-        return await self._run(lambda conn: _admit(conn, ask))
+        return await self._run(lambda conn: ops.admit(conn, ask, self._swept))
 
     async def settle(self, charge: Charge) -> None:
-        await self._run(lambda conn: _settle(conn, charge))
+        await self._run(lambda conn: ops.settle(conn, charge))
 
     async def release(self, key_id: str, ticket: str, reserved_nanos: int) -> None:
         def op(conn: sqlite3.Connection) -> None:
@@ -146,10 +129,12 @@ class SqliteLedger:
         await self._run(op)
 
     async def find_key(self, secret_hash: str) -> KeyRecord | None:
-        return await self._run(lambda conn: _find(conn, "secret_hash", secret_hash), writes=False)
+        return await self._run(
+            lambda conn: ops.find(conn, "secret_hash", secret_hash), writes=False
+        )
 
     async def get_key(self, key_id: str) -> KeyRecord | None:
-        return await self._run(lambda conn: _find(conn, "id", key_id), writes=False)
+        return await self._run(lambda conn: ops.find(conn, "id", key_id), writes=False)
 
     async def list_keys(self) -> list[KeyRecord]:
         def op(conn: sqlite3.Connection) -> list[KeyRecord]:
@@ -160,7 +145,7 @@ class SqliteLedger:
 
     async def revoke_key(self, key_id: str) -> bool:
         def op(conn: sqlite3.Connection) -> bool:
-            record = _find(conn, "id", key_id)
+            record = ops.find(conn, "id", key_id)
             if record is None:
                 return False
             revoked = record_encoder.encode(msgspec.structs.replace(record, revoked=True))
@@ -172,9 +157,9 @@ class SqliteLedger:
     async def key_spend(self, key_id: str, window: str, now: float) -> KeySpend:
         def op(conn: sqlite3.Connection) -> KeySpend:
             return KeySpend(
-                total_nanos=_spent(conn, key_id, "total"),
-                window_nanos=_spent(conn, key_id, window),
-                reserved_nanos=_held(conn, key_id, now),
+                total_nanos=ops.spent(conn, key_id, "total"),
+                window_nanos=ops.spent(conn, key_id, window),
+                reserved_nanos=ops.held(conn, key_id, now),
             )
 
         return await self._run(op, writes=False)
@@ -194,48 +179,91 @@ class SqliteLedger:
         if self._closed:
             return
         self._closed = True
-        # the thread takes its work in order: calls already queued are committed first
+        # calls already queued are committed first; then no one owns the connection
+        with contextlib.suppress(StoreUnavailable):
+            await self._enqueue(lambda conn: None, writes=False)
         await asyncio.get_running_loop().run_in_executor(self._thread, self._disconnect)
         self._thread.shutdown(wait=False)
 
     async def _run(self, op: Callable[[sqlite3.Connection], T], *, writes: bool = True) -> T:
         if self._closed:
             raise StoreUnavailable(f"sqlite store {self.path}: closed")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
+        return await self._enqueue(op, writes=writes)
+
+    async def _enqueue(self, op: Callable[[sqlite3.Connection], T], *, writes: bool) -> T:
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        loop = future.get_loop()
         with self._lock:
             self._queue.append(_Call(op, writes, loop, future, time.monotonic()))
-            start, self._draining = not self._draining, True
-        if start:
-            self._thread.submit(self._drain)
+            if self._owner is None:
+                if self._on_loop and self._conn is not None:
+                    self._owner = "loop"
+                    loop.call_soon(self._flush_on_loop, loop)
+                else:
+                    self._owner = "thread"
+                    self._thread.submit(self._drain)
         return await future
+
+    def _flush_on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the event loop: commit the queued calls without waiting for a lock, or hand
+        them to the thread when another process holds it."""
+        with self._lock:
+            if self._conn is None:  # lost after a failed rollback: reopened on the thread
+                self._owner = "thread"
+                self._thread.submit(self._drain)
+                return
+            size = min(len(self._queue), MAX_BATCH)
+            batch = [self._queue.popleft() for _ in range(size)]
+        try:
+            outcomes = self._commit(batch, wait=False) if batch else []
+        except Exception as exc:  # a bug here must not leave callers waiting forever
+            outcomes = self._all_failed(batch, exc)
+        with self._lock:
+            if outcomes is None:  # locked by another process: the thread waits for it
+                self._queue.extendleft(reversed(batch))
+                self._owner = "thread"
+                self._thread.submit(self._drain)
+                return
+            # over MAX_BATCH, or calls from another loop: the next callback takes them
+            self._owner = "loop" if self._queue else None
+            if self._owner is not None:
+                loop.call_soon(self._flush_on_loop, loop)
+        _answer(batch, outcomes, loop)
 
     def _drain(self) -> None:
         """On the store's thread: commit batches until the queue is empty."""
         while True:
             with self._lock:
                 if not self._queue:
-                    self._draining = False
+                    self._owner = None
                     return
                 size = min(len(self._queue), MAX_BATCH)
                 batch = [self._queue.popleft() for _ in range(size)]
             try:
-                outcomes = self._commit(batch)
+                outcomes = self._commit(batch, wait=True)
             except Exception as exc:  # a bug here must not leave callers waiting forever
                 outcomes = self._all_failed(batch, exc)
-            _answer(batch, outcomes)
+            assert outcomes is not None  # only a batch that does not wait is given back
+            _answer(batch, outcomes, None)
 
-    def _commit(self, batch: list[_Call]) -> list[_Outcome]:
-        """Runs the batch in one transaction; the outcomes hold only once it committed."""
+    def _commit(self, batch: list[_Call], *, wait: bool) -> list[_Outcome] | None:
+        """Runs the batch in one transaction; the outcomes hold only once it committed.
+        Without `wait`, None when another connection holds the write lock (nothing ran)."""
         try:
             if self._conn is None:
-                self._conn = _connect(self.path, self._factory)
+                self._conn = ops.connect(self.path, self._factory, BUSY_TIMEOUT_S)
                 self._busy_ms = int(BUSY_TIMEOUT_S * 1000)
             conn = self._conn
-            self._bound_lock_wait(conn, batch[0].queued_at)
+            if wait:
+                self._bound_lock_wait(conn, batch[0].queued_at)
+            elif self._busy_ms:
+                conn.execute("PRAGMA busy_timeout = 0")
+                self._busy_ms = 0
             # reads alone need no write lock: another process's writer does not block them
             conn.execute("BEGIN IMMEDIATE" if any(c.writes for c in batch) else "BEGIN")
         except sqlite3.Error as exc:
+            if not wait and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY:
+                return None
             return self._all_failed(batch, exc)
         try:
             if len(batch) > 1:
@@ -246,7 +274,22 @@ class SqliteLedger:
         except Exception as exc:  # the transaction is lost: nothing of the batch holds
             self._abandon(conn)
             return [(self._failure(exc), None)] if len(batch) == 1 else self._all_failed(batch, exc)
+        self._commits += 1
+        if self._commits >= CHECKPOINT_EVERY and not self._checkpointing:
+            self._commits, self._checkpointing = 0, True
+            self._thread.submit(self._checkpoint)
         return outcomes
+
+    def _checkpoint(self) -> None:
+        """On the thread: copies the WAL into the database without blocking any writer."""
+        try:
+            if self._checkpoint_conn is None:
+                self._checkpoint_conn = sqlite3.connect(self.path, isolation_level=None)
+            self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:
+            pass  # a busy or failed checkpoint is retried after the next CHECKPOINT_EVERY
+        finally:
+            self._checkpointing = False
 
     def _bound_lock_wait(self, conn: sqlite3.Connection, oldest: float) -> None:
         # what is left of the oldest call's busy timeout (see the module docstring)
@@ -291,14 +334,26 @@ class SqliteLedger:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        if self._checkpoint_conn is not None:
+            self._checkpoint_conn.close()
+            self._checkpoint_conn = None
 
 
-def _answer(batch: list[_Call], outcomes: list[_Outcome]) -> None:
-    """From the store's thread: one wake-up per event loop answers its calls of the batch."""
+def _answer(
+    batch: list[_Call], outcomes: list[_Outcome], here: asyncio.AbstractEventLoop | None
+) -> None:
+    """Answers each call on its event loop: directly on `here` (the loop running this),
+    with one wake-up per other loop."""
+    if here is not None and all(call.loop is here for call in batch):
+        _resolve([(call.future, outcome) for call, outcome in zip(batch, outcomes, strict=True)])
+        return
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], _Outcome]]] = {}
     for call, outcome in zip(batch, outcomes, strict=True):
         by_loop.setdefault(call.loop, []).append((call.future, outcome))
     for loop, answers in by_loop.items():
+        if loop is here:
+            _resolve(answers)
+            continue
         with contextlib.suppress(RuntimeError):  # that loop closed: no one waits there now
             loop.call_soon_threadsafe(_resolve, answers)
 
@@ -311,96 +366,3 @@ def _resolve(answers: list[tuple[asyncio.Future[Any], _Outcome]]) -> None:
             future.set_result(value)
         else:
             future.set_exception(error)
-
-
-def _connect(path: str, factory: type[sqlite3.Connection]) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, factory=factory)
-    try:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("BEGIN IMMEDIATE")
-        for statement in _SCHEMA:
-            conn.execute(statement)
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.close()  # which rolls back a transaction left open
-        raise
-    return conn
-
-
-def _find(conn: sqlite3.Connection, column: str, value: str) -> KeyRecord | None:
-    # `column` is one of two literals chosen by this module, never input
-    row = conn.execute(f"SELECT record FROM vkeys WHERE {column} = ?", (value,)).fetchone()
-    return None if row is None else record_decoder.decode(row[0])
-
-
-def _spent(conn: sqlite3.Connection, key_id: str, window: str) -> int:
-    row = conn.execute(
-        "SELECT nanos FROM key_spend WHERE key_id = ? AND window = ?", (key_id, window)
-    ).fetchone()
-    return int(row[0]) if row is not None else 0
-
-
-def _held(conn: sqlite3.Connection, key_id: str, now: float) -> int:
-    row = conn.execute(
-        "SELECT COALESCE(SUM(nanos), 0) FROM reservations WHERE key_id = ? AND expires_at > ?",
-        (key_id, now),
-    ).fetchone()
-    return int(row[0])
-
-
-def _admit(conn: sqlite3.Connection, ask: Admission) -> Admitted:
-    record = ask.record or _find(conn, "secret_hash", ask.secret_hash)
-    if record is None:
-        return Admitted(verdict="unknown")
-    key_id, now = record.id, ask.now
-    # one row per key and second: a window is at most 60 rows, whatever the rate
-    horizon = int(now - WINDOW_S)
-    conn.execute("DELETE FROM rate_seconds WHERE key_id = ? AND second <= ?", (key_id, horizon))
-    conn.execute("DELETE FROM reservations WHERE key_id = ? AND expires_at <= ?", (key_id, now))
-    # summed by sqlite: a third of the time of summing a busy key's 60 rows in Python
-    count, used, oldest, first = conn.execute(_RATE_WINDOW, (key_id,)).fetchone()
-    window = window_of(record, ask.windows)
-    verdict, retry = judge(
-        record,
-        ask,
-        rpm_count=count,
-        rpm_oldest=oldest,
-        tpm_used=used,
-        tpm_oldest=first,
-        spent=_spent(conn, key_id, window),
-        held=_held(conn, key_id, now),
-    )
-    if verdict != "ok":
-        return Admitted(verdict=verdict, record=record, retry_after_s=retry)
-    if record.rpm is not None:
-        conn.execute(_ADD_RATE, (key_id, int(now), 1, 0))
-    reserved = ask.reserve_nanos if record.budget_nanos is not None else 0
-    if reserved:
-        conn.execute(
-            "INSERT INTO reservations VALUES (?, ?, ?, ?)",
-            (ask.ticket, key_id, reserved, now + ask.hold_s),
-        )
-    return Admitted(verdict="ok", record=record, window=window, reserved_nanos=reserved)
-
-
-def _settle(conn: sqlite3.Connection, charge: Charge) -> None:
-    key_id = charge.key_id
-    if key_id:
-        if charge.ticket:
-            conn.execute("DELETE FROM reservations WHERE ticket = ?", (charge.ticket,))
-        for window in {"total", charge.window or "total"}:
-            conn.execute(_ADD_SPEND, (key_id, window, charge.cost_nanos))
-        tokens = charge.input_tokens + charge.output_tokens
-        conn.execute(_ADD_RATE, (key_id, int(charge.now), 0, tokens))
-    conn.execute(
-        _ADD_USAGE,
-        (
-            key_id,
-            charge.model,
-            charge.cost_nanos,
-            charge.input_tokens,
-            charge.output_tokens,
-            int(charge.estimated),
-        ),
-    )

@@ -123,7 +123,8 @@ def probe() -> Probe:
 
 @pytest.fixture
 async def ledger(tmp_path: Path, probe: Probe) -> Any:
-    store = SqliteLedger(str(tmp_path / "ledger.db"), factory=probe.factory())
+    # the thread path: the probe holds the thread at a BEGIN while calls queue
+    store = SqliteLedger(str(tmp_path / "ledger.db"), factory=probe.factory(), on_loop=False)
     await store.create_key(key(budget_nanos=1000))  # also opens the database
     try:
         yield store

@@ -142,10 +142,13 @@ async def one_by_one(path: Path, calls: list[Call]) -> list[Any]:
         await ledger.close()
 
 
-async def all_at_once(path: Path, calls: list[Call], *, held: bool) -> tuple[list[Any], Probe]:
-    """Every call queued before the first runs (`held`), or as they come."""
+async def all_at_once(
+    path: Path, calls: list[Call], *, held: bool, on_loop: bool
+) -> tuple[list[Any], Probe]:
+    """Every call queued before the first runs (`held`, on the store's thread), or as they
+    come (batches committed on the event loop, or on the thread)."""
     probe = Probe()
-    ledger = SqliteLedger(str(path), factory=probe.factory())
+    ledger = SqliteLedger(str(path), factory=probe.factory(), on_loop=on_loop)
     try:
         for record in KEYS[:3]:
             await ledger.create_key(record)
@@ -158,12 +161,18 @@ async def all_at_once(path: Path, calls: list[Call], *, held: bool) -> tuple[lis
         await ledger.close()
 
 
-@pytest.mark.parametrize("held", [True, False], ids=["held", "as-they-come"])
+@pytest.mark.parametrize(
+    ("held", "on_loop"),
+    [(True, False), (False, False), (False, True)],
+    ids=["held", "as-they-come", "as-they-come-on-loop"],
+)
 @pytest.mark.parametrize("seed", range(4))
-async def test_calls_at_once_equal_calls_one_by_one(seed: int, held: bool, tmp_path: Path) -> None:
+async def test_calls_at_once_equal_calls_one_by_one(
+    seed: int, held: bool, on_loop: bool, tmp_path: Path
+) -> None:
     calls = random_calls(seed)
     expected = await one_by_one(tmp_path / "alone.db", calls)
-    results, probe = await all_at_once(tmp_path / "grouped.db", calls, held=held)
+    results, probe = await all_at_once(tmp_path / "grouped.db", calls, held=held, on_loop=on_loop)
     assert max(probe.batches()) >= (256 if held else 10)  # they did share transactions
     assert [outcome(r) for r in results] == [outcome(r) for r in expected]
     assert state(tmp_path / "grouped.db") == state(tmp_path / "alone.db")
