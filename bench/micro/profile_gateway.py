@@ -1,12 +1,13 @@
 """Profile the gateway's hot path under a bounded wrk load (the bench.load setup).
 
     python -m bench.micro.profile_gateway --mode non-stream|stream [--profiler py-spy|cprofile]
-        [--connections 16] [--duration 10] [--out DIR] [--native]
+        [--connections 16] [--duration 10] [--out DIR] [--native] [--full]
 
 Starts bench.fake_upstream and the gateway exactly as bench.load does (OpenAI-kind provider
 pointing at the fake upstream, the two pinned to different CPUs when there are two), checks
-one answer, warms up, then drives `wrk` for `--duration` seconds while the gateway is
-profiled:
+one answer (--full: bench.load --full's sqlite store, master key, two provider keys and a
+virtual key made through the admin API, which wrk then sends), warms up, then drives
+`wrk` for `--duration` seconds while the gateway is profiled:
 - py-spy: `py-spy record --pid <gateway> --format raw` (collapsed stacks with line numbers)
   for the length of the wrk run; read it with `python -m bench.micro.profile_report`.
 - perf: `perf record -F RATE -g -p <gateway>` (kernel + C frames: syscalls, GC, msgspec,
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -31,7 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.load import check_answer, gateway_config, request_body
+from bench.load import GATEWAY_MODEL, UPSTREAM_MODEL, check_answer, gateway_config, request_body
+from bench.load_full import create_key, full_config
 from bench.load_procs import Pinning, Service, free_port, wait_healthy
 from bench.load_report import REPO
 from bench.load_wrk import run_wrk
@@ -55,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="let py-spy stop the process per sample (default: --nonblocking; stopping it "
         "inflates samples at syscall sites, e.g. asyncio.get_running_loop's getpid)",
+    )
+    parser.add_argument(
+        "--full", action="store_true", help="bench.load --full's config (sqlite, virtual key)"
     )
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "gw-profile")
     args = parser.parse_args(argv)
@@ -82,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         _healthy(upstream, f"http://127.0.0.1:{up_port}/healthz")
         gw_port = free_port()
         config = workdir / "gateway.yaml"
-        config.write_text(gateway_config(gw_port, up_port))
+        store = workdir / "gateway.db"
+        full = full_config(gw_port, up_port, store, GATEWAY_MODEL, UPSTREAM_MODEL)
+        config.write_text(full if args.full else gateway_config(gw_port, up_port))
         prof = args.out / f"{args.mode}.prof"
         python = [sys.executable]
         if args.profiler == "cprofile":
@@ -102,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         _healthy(gateway, f"http://127.0.0.1:{gw_port}/healthz")
         url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
         body = request_body(args.mode, "gateway")
-        problem = check_answer(url, args.mode, body, "tok " * CHUNKS, "bench")
+        bearer = "bench"
+        if args.full:
+            _, bearer = create_key(f"http://127.0.0.1:{gw_port}")
+            os.environ["BENCH_KEY"] = bearer  # bench/wrk_chat.lua sends it
+        problem = check_answer(url, args.mode, body, "tok " * CHUNKS, bearer)
         if problem is not None:
             print(f"wrong answer: {problem}\n{gateway.log_tail()}", file=sys.stderr)
             return 2
