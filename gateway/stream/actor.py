@@ -9,8 +9,10 @@ The commit point: the first content or tool-call delta, or `commit_after_s` with
 Before it nothing has reached the client, so an upstream failure moves on to the next
 attempt; at it the status line and headers are sent; after it a failure becomes an error
 event in the stream. Deadlines (first byte, idle, total, commit, keep-alive) share one lazy
-timer per read loop: it fires at the earliest deadline known when armed, and on firing the
-actor checks which deadline really passed and re-arms.
+`Alarm` per attempt (stream/alarm.py: an entry on the pool's clock, no event-loop timer of
+its own): it fires at the earliest deadline known when armed, and on firing the actor checks
+which deadline really passed and re-arms. What one upstream read brings leaves in one client
+write; when the upstream's end came in the same read, with the tail.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from gateway.errors import (
     NoUpstreamAvailable,
     UpstreamError,
     UpstreamProtocolError,
-    UpstreamTimeout,
 )
 from gateway.framing.registry import make_decoder
 from gateway.providers.base import NativeRequest, UpstreamCall, hide_credentials
@@ -39,11 +40,12 @@ from gateway.routing.balancer import unavailable
 from gateway.routing.health import REFUSED
 from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
+from gateway.stream.alarm import Alarm
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.client_stream import ClientGone, ClientStream
 from gateway.stream.credentials import AccessTokens
 from gateway.stream.deadlines import Deadlines
-from gateway.stream.http_client import HttpPool
+from gateway.stream.http_client import HttpPool, PendingResponse
 from gateway.stream.outbound import Outbound
 from gateway.stream.outcome import count_move, final_error, report_failure, report_success
 from gateway.stream.pipeline import ChunkPipeline
@@ -52,7 +54,6 @@ from gateway.stream.transport import (
     UpstreamBody,
     access_token,
     answered,
-    open_upstream,
     send_upstream,
     speaks,
 )
@@ -82,7 +83,7 @@ class StreamActor:
         on_answer: Callable[[StreamActor], Awaitable[None]] | None = None,
     ) -> None:
         self._http = http
-        self._pool = pool
+        self.pool = pool
         self._tokens = tokens
         self._access_token: str | None = None
         self._server = server
@@ -109,6 +110,7 @@ class StreamActor:
         self.attempts = 0
         self.attempt: Attempt | None = None
         self.client = ClientStream(http, self.loop, server.client_write_timeout_s)
+        self.alarm = Alarm(pool.clock)  # the deadline of whatever the actor waits for
         self.client.keepalive_bytes = outbound.keepalive
         self.accumulator: StreamAccumulator | None = None
         self._task: asyncio.Task[Any] | None = None
@@ -125,7 +127,7 @@ class StreamActor:
         # processing what came back; upstream waits excluded).
         self.first_token_at = 0.0
         self.gateway_s = 0.0
-        self._attempt_mark = 0.0
+        self.attempt_mark = 0.0
 
     @property
     def committed(self) -> bool:
@@ -165,7 +167,7 @@ class StreamActor:
             self.attempts += 1
             self.attempt = attempt
             self.stream_error, self._released, self.first_byte = None, False, 0.0
-            self.first_token_at, self._attempt_mark = 0.0, perf_counter()
+            self.first_token_at, self.attempt_mark = 0.0, perf_counter()
             try:
                 response = await self._serve(attempt)
             except UpstreamError as err:
@@ -222,41 +224,22 @@ class StreamActor:
             native=native if native is not None and speaks(attempt, native.api) else None,
         )
 
-    async def open(self, attempt: Attempt, call: UpstreamCall, wait_s: float) -> UpstreamBody:
-        timeouts = attempt.provider.timeouts
-        request = attempt.adapter.build_request(call)
-        now = self.loop.time()
-        until = min(now + wait_s, now + timeouts.total_s, self.deadline)
-        self.gateway_s += perf_counter() - self._attempt_mark
-        try:
-            async with asyncio.timeout_at(until):
-                return await open_upstream(
-                    self._pool, attempt.adapter, request, connect_s=timeouts.connect_s
-                )
-        except TimeoutError:
-            # a non-streamed answer's first byte is its end: only the total bound applies
-            raise UpstreamTimeout(f"the upstream did not answer within {wait_s:g}s") from None
-
-    async def _open_stream(
-        self, attempt: Attempt, call: UpstreamCall, deadlines: Deadlines
+    async def _answer(
+        self, attempt: Attempt, sent: PendingResponse, deadlines: Deadlines
     ) -> UpstreamBody:
-        """Send the request and wait for the upstream's answer under the read loop's lazy
-        timer, so the commit point and keep-alives happen even while an upstream holds
+        """Wait for the upstream's answer under the read loop's lazy timer (armed by the
+        caller), so the commit point and keep-alives happen even while an upstream holds
         its headers back (a gateway in front of this one, say)."""
-        request = attempt.adapter.build_request(call)
-        self.gateway_s += perf_counter() - self._attempt_mark
-        sent = await send_upstream(
-            self._pool, request, connect_s=attempt.provider.timeouts.connect_s
-        )
-        if isinstance(sent, PlaybackBody):
-            return sent
+        alarm = self.alarm
         try:
             while True:
                 try:
-                    async with asyncio.timeout_at(deadlines.next_wake(self.committed)):
-                        return await answered(attempt.adapter, sent)
-                except TimeoutError:
-                    await self._on_wake(deadlines)
+                    return await answered(attempt.adapter, sent)
+                except asyncio.CancelledError:
+                    if not alarm.expired():
+                        raise
+                await self._on_wake(deadlines)
+                alarm.arm(deadlines.next_wake(self.committed))
         except BaseException:
             sent.abort()
             raise
@@ -312,17 +295,29 @@ class StreamActor:
             keepalive_s=self._server.keepalive_s,
             deliver=deliver,
         )
-        body = await self._open_stream(attempt, call, deadlines)
-        decoder = make_decoder(attempt.adapter.framing)
-        translator = attempt.adapter.translator(call)
-        if self._emulation is not None:
-            translator = EmulatedToolCalls(translator, self._emulation, self.request_id)
-        pipeline = ChunkPipeline(translator, acc, self.outbound)
+        request = attempt.adapter.build_request(call)
+        self.gateway_s += perf_counter() - self.attempt_mark
+        sent = await send_upstream(self.pool, request, connect_s=timeouts.connect_s)
+        alarm = self.alarm
+        alarm.arm(deadlines.next_wake(self.committed))
         try:
-            await self._read_loop(body, decoder, pipeline, deadlines, deliver)
-        except BaseException:
-            body.abort()
-            raise
+            body = (
+                sent
+                if isinstance(sent, PlaybackBody)
+                else await self._answer(attempt, sent, deadlines)
+            )
+            decoder = make_decoder(attempt.adapter.framing)
+            translator = attempt.adapter.translator(call)
+            if self._emulation is not None:
+                translator = EmulatedToolCalls(translator, self._emulation, self.request_id)
+            pipeline = ChunkPipeline(translator, acc, self.outbound)
+            try:
+                await self._read_loop(body, decoder, pipeline, deadlines, deliver)
+            except BaseException:
+                body.abort()
+                raise
+        finally:
+            alarm.disarm()
         body.release()
         return pipeline
 
@@ -334,37 +329,40 @@ class StreamActor:
         deadlines: Deadlines,
         deliver: bool,
     ) -> None:
-        loop = self.loop
+        """Read the body to its end under the lazy timer (armed by the caller)."""
+        loop, alarm, client = self.loop, self.alarm, self.client
         acc, translator = pipeline.acc, pipeline.translator
-        spill = self.client if deliver else None
+        spill = client if deliver else None
         while True:
             try:
-                async with asyncio.timeout_at(deadlines.next_wake(self.committed)):
-                    while True:
-                        data = await body.read()
-                        mark = perf_counter()
-                        deadlines.last_upstream = now = loop.time()
-                        if not deadlines.got_bytes:
-                            self.first_byte = now
-                            deadlines.got_bytes = True
-                        if not data:
-                            out = pipeline.run(decoder.close(), spill, closing=True)
-                            self._processed(mark, acc.output_seen)
-                            if not translator.done and (
-                                not acc.choices or acc.unfinished_choices()
-                            ):
-                                raise UpstreamProtocolError(
-                                    "the upstream closed the stream before it finished"
-                                )
-                            if deliver:
-                                self.client.pending.extend(out)  # leaves with the tail
-                            return
-                        out = pipeline.run(decoder.feed(data), spill)
+                while True:
+                    data = await body.read()
+                    mark = perf_counter()
+                    deadlines.last_upstream = now = loop.time()
+                    if not deadlines.got_bytes:
+                        self.first_byte = now
+                        deadlines.got_bytes = True
+                    if not data:
+                        out = pipeline.run(decoder.close(), spill, closing=True)
                         self._processed(mark, acc.output_seen)
-                        if deliver and out:
-                            await self.client.deliver(out, acc.output_seen)
-            except TimeoutError:
-                await self._on_wake(deadlines)
+                        if not translator.done and (not acc.choices or acc.unfinished_choices()):
+                            raise UpstreamProtocolError(
+                                "the upstream closed the stream before it finished"
+                            )
+                        if deliver:
+                            client.pending.extend(out)  # leaves with the tail
+                        return
+                    out = pipeline.run(decoder.feed(data), spill)
+                    self._processed(mark, acc.output_seen)
+                    if deliver and out:
+                        # with the body's end already here, these bytes leave with the
+                        # tail in one write (nothing waits that could have gone now)
+                        await client.deliver(out, acc.output_seen, body.ended)
+            except asyncio.CancelledError:
+                if not alarm.expired():
+                    raise
+            await self._on_wake(deadlines)
+            alarm.arm(deadlines.next_wake(self.committed))
 
     def _processed(self, mark: float, output_seen: bool) -> None:
         """One upstream read went through the pipeline (`mark`: when it arrived)."""

@@ -38,6 +38,7 @@ class _SSEResponse(web.StreamResponse):
 
 DEFAULT_HIGH_WATER = 65536  # asyncio's and uvloop's default, for a transport that hides it
 FRAMING_SLACK = 32  # what chunked encoding adds around one write
+HEAD_SLACK = 16384  # the status line and headers, which leave with the first write
 
 
 class ClientGone(Exception):
@@ -57,6 +58,7 @@ class ClientStream:
         self.write_timeout_s = write_timeout_s
         self.too_slow = False
         self._high_water = DEFAULT_HIGH_WATER
+        self._slack = FRAMING_SLACK + HEAD_SLACK  # what the next write adds to its data
         # loop time since which writes have waited for the client; None: it keeps up. Kept
         # across writes interrupted by the actor's timer, so the bound is not restarted.
         self._behind_since: float | None = None
@@ -71,15 +73,23 @@ class ClientStream:
         self.first_output_at: float | None = None
         self.keepalive_bytes = KEEPALIVE  # the inbound API's own (Anthropic: a ping event)
 
-    async def deliver(self, out: list[bytes], output_seen: bool) -> None:
-        """Bytes of one upstream read: held until the first output, then written at once."""
+    async def deliver(self, out: list[bytes], output_seen: bool, last: bool = False) -> None:
+        """Bytes of one upstream read: held until the first output, then written at once.
+        `last`: the upstream's end is here too, so they wait for the tail and leave with it
+        in one write (a stream that commits here still does, and its headers wait too)."""
         if self.committed:
+            if last:
+                self.pending.extend(out)
+                return
             await self.write(b"".join(out) if len(out) > 1 else out[0])
             return
         self.pending.extend(out)
         if output_seen:
             self.first_output_at = self._loop.time()
-            await self.commit()
+            if last:
+                await self._start()
+            else:
+                await self.commit()
 
     async def commit(self) -> None:
         """Send the status line, the headers and whatever was held back, in one write; with
@@ -98,20 +108,14 @@ class ClientStream:
         (`progress=False`) does not."""
         response = self.response
         assert response is not None
-        transport = self._http.transport
         try:
-            if (
-                self._behind_since is None
-                and transport is not None
-                and not self._http.protocol.writing_paused
-                and transport.get_write_buffer_size() + len(data) + FRAMING_SLACK
-                <= self._high_water
-            ):
+            if self._has_room(len(data)):
                 await response.write(data)  # stays under the high-water mark: cannot wait
             else:
                 await self._write_bounded(response, data, eof=False)
         except _CLIENT_GONE:
             raise ClientGone from None
+        self._slack = FRAMING_SLACK
         deadlines = self.deadlines
         if deadlines is not None:
             deadlines.last_write = now = self._loop.time()
@@ -125,13 +129,28 @@ class ClientStream:
             response = self.response if self.committed else await self._start()
             assert response is not None
             if self.pending:
-                data = b"".join(self.pending) + data
+                self.pending.append(data)
+                data = b"".join(self.pending)
                 self.pending = []
-            await self._write_bounded(response, data, eof=True)
+            if self._has_room(len(data)):
+                await response.write_eof(data)  # stays under the high-water mark: cannot wait
+            else:
+                await self._write_bounded(response, data, eof=True)
         except (ClientGone, *_CLIENT_GONE):
             pass
         assert self.response is not None
         return self.response
+
+    def _has_room(self, size: int) -> bool:
+        """Whether `size` more bytes fit under the transport's high-water mark, so a write
+        of them returns without waiting for the client."""
+        transport = self._http.transport
+        return (
+            self._behind_since is None
+            and transport is not None
+            and not self._http.protocol.writing_paused
+            and transport.get_write_buffer_size() + size + self._slack <= self._high_water
+        )
 
     async def _write_bounded(self, response: web.StreamResponse, data: bytes, *, eof: bool) -> None:
         """Wait for the client to drain what is buffered, then write, all within what is

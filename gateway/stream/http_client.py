@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 from gateway.framing.http1 import END, ResponseHead, ResponseParser, encode_request
+from gateway.stream.alarm import AlarmClock
 
 HIGH_WATER = 1 << 20  # buffered body bytes at which reading pauses
 IDLE_TTL_S = 30.0  # a pooled connection unused this long is closed rather than reused
@@ -47,6 +48,9 @@ class Http1Connection(asyncio.Protocol):
     def __init__(self, pool: HttpPool, key: tuple[str, str, int]) -> None:
         self._pool = pool
         self.key = key
+        # made inside loop.create_connection; kept, since asking for the running loop costs
+        # a getpid() system call, and every wait for the upstream needs it
+        self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.parser = ResponseParser()
         self.closed = False
@@ -129,7 +133,7 @@ class Http1Connection(asyncio.Protocol):
                 return self._head
             if self._head_error is not None:
                 raise self._head_error
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = self._loop.create_future()
             try:
                 await self._waiter
             finally:
@@ -151,11 +155,15 @@ class Http1Connection(asyncio.Protocol):
                 raise self._error
             if self._eof:
                 return b""
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = self._loop.create_future()
             try:
                 await self._waiter
             finally:
                 self._waiter = None
+
+    @property
+    def body_ended(self) -> bool:
+        return self._eof and self._error is None
 
     def release(self) -> None:
         """The response was read to its end: keep the connection if the upstream allows."""
@@ -214,6 +222,11 @@ class UpstreamResponse:
     def status(self) -> int:
         return self.head.status
 
+    @property
+    def ended(self) -> bool:
+        """The whole body arrived: reading what is left will not wait."""
+        return self.connection.body_ended
+
     def release(self) -> None:
         self.connection.release()
 
@@ -259,7 +272,9 @@ class HttpPool:
     def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
         self._idle: dict[tuple[str, str, int], list[Http1Connection]] = {}
         self._ssl = ssl_context  # None: the system trust store, made on first https use
-        self._targets: dict[str, tuple[tuple[str, str, int], str, str]] = {}
+        self._heads: dict[tuple[object, ...], tuple[tuple[str, str, int], bytes, bytes]] = {}
+        # the deadlines of the requests waiting on this pool's upstreams, under one timer
+        self.clock = AlarmClock()
 
     async def request(
         self, url: str, headers: dict[str, str], body: bytes, *, connect_s: float
@@ -277,8 +292,8 @@ class HttpPool:
     ) -> PendingResponse:
         """POST `body` to `url` (connecting if no idle connection is kept); the answer is
         awaited separately, so a caller may wake up meanwhile without giving it up."""
-        key, host_header, target = self._target(url)
-        payload = encode_request("POST", target, host_header, _with_defaults(headers), body)
+        key, head, tail = self._request_head(url, headers)
+        payload = b"%sContent-Length: %d\r\n%s%s" % (head, len(body), tail, body)
         connection = self._take(key) or await self._connect(key, connect_s)
         return PendingResponse(self, connection, payload, connect_s)
 
@@ -338,10 +353,24 @@ class HttpPool:
             self._ssl = ssl.create_default_context()
         return self._ssl
 
-    def _target(self, url: str) -> tuple[tuple[str, str, int], str, str]:
-        cached = self._targets.get(url)
+    def _request_head(
+        self, url: str, headers: dict[str, str]
+    ) -> tuple[tuple[str, str, int], bytes, bytes]:
+        """The connection key, and the request head before and after its Content-Length
+        line: encoded once per URL and headers (a key's requests all send the same)."""
+        cache_key: tuple[object, ...] = (url, *headers.items())
+        cached = self._heads.get(cache_key)
         if cached is not None:
             return cached
+        key, host_header, target = self._target(url)
+        empty = encode_request("POST", target, host_header, _with_defaults(headers), b"")
+        head, _, tail = empty.partition(b"Content-Length: 0\r\n")
+        result = (key, head, tail)
+        if len(self._heads) < 1024:
+            self._heads[cache_key] = result
+        return result
+
+    def _target(self, url: str) -> tuple[tuple[str, str, int], str, str]:
         parts = urlsplit(url)
         scheme = parts.scheme
         if scheme not in ("http", "https") or not parts.hostname:
@@ -352,7 +381,4 @@ class HttpPool:
         shown = f"[{host}]" if ":" in host else host
         host_header = shown if port == default else f"{shown}:{port}"
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        result = ((scheme, host, port), host_header, target)
-        if len(self._targets) < 1024:
-            self._targets[url] = result
-        return result
+        return (scheme, host, port), host_header, target

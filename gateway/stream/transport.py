@@ -27,6 +27,12 @@ class UpstreamBody(Protocol):
         """The next bytes of the body; b"" at its end."""
         ...
 
+    @property
+    def ended(self) -> bool:
+        """The rest of the body is here already: `read()` would not wait (for the last
+        bytes or for the end)."""
+        ...
+
     def release(self) -> None: ...
 
     def abort(self) -> None: ...
@@ -50,6 +56,10 @@ class PlaybackBody:
         frame = self._frames[self._next]
         self._next += 1  # only after the sleep: a cancelled read loses nothing
         return frame
+
+    @property
+    def ended(self) -> bool:
+        return self._next >= len(self._frames)
 
     def release(self) -> None:
         self._next = len(self._frames)
@@ -125,6 +135,8 @@ async def read_all(body: UpstreamBody) -> bytes:
     size = 0
     while True:
         data = await body.read()
+        if not parts and body.ended and len(data) <= UNARY_BODY_LIMIT:
+            return data  # the whole body came in one read (the usual case)
         if not data:
             return b"".join(parts)
         size += len(data)

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from gateway.errors import UpstreamTimeout
 from gateway.routing.router import Attempt
-from gateway.stream.transport import read_all
+from gateway.stream.transport import UpstreamBody, open_upstream, read_all
 
 if TYPE_CHECKING:
     from gateway.stream.actor import StreamActor
@@ -27,19 +27,38 @@ async def serve_unary(actor: StreamActor, attempt: Attempt) -> web.StreamRespons
     """Non-streaming upstream, answer passed through as the upstream wrote it."""
     call = actor.call(attempt, stream=False)
     timeouts = attempt.provider.timeouts
-    # A non-streaming upstream sends its first byte when it is done: only total_s applies.
-    opened = actor.loop.time()
-    body = await actor.open(attempt, call, timeouts.total_s)
+    request = attempt.adapter.build_request(call)
+    # A non-streaming upstream sends its first byte when it is done: only total_s applies,
+    # one deadline for the answer and its body, under one timer.
+    alarm = actor.alarm
+    alarm.arm(min(actor.loop.time() + timeouts.total_s, actor.deadline))
+    actor.gateway_s += perf_counter() - actor.attempt_mark
+    body: UpstreamBody | None = None
     try:
-        until = min(opened + timeouts.total_s, actor.deadline)
-        async with asyncio.timeout_at(until):
-            data = await read_all(body)
-        actor.first_byte = actor.loop.time()  # a non-streamed answer's first token
-        actor.first_token_at = mark = perf_counter()
-        result = attempt.adapter.unary_result(call, data)
-    except TimeoutError:
-        body.abort()
+        body = await open_upstream(
+            actor.pool, attempt.adapter, request, connect_s=timeouts.connect_s
+        )
+        data = await read_all(body)
+    except asyncio.CancelledError:
+        if body is not None:
+            body.abort()
+        if not alarm.expired():
+            raise
+        if body is None:
+            raise UpstreamTimeout(
+                f"the upstream did not answer within {timeouts.total_s:g}s"
+            ) from None
         raise UpstreamTimeout("the upstream answer took over total_s") from None
+    except BaseException:
+        if body is not None:
+            body.abort()
+        raise
+    finally:
+        alarm.disarm()
+    actor.first_byte = actor.loop.time()  # a non-streamed answer's first token
+    actor.first_token_at = mark = perf_counter()
+    try:
+        result = attempt.adapter.unary_result(call, data)
     except BaseException:
         body.abort()
         raise

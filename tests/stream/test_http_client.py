@@ -292,6 +292,30 @@ async def test_the_request_on_the_wire(pool: HttpPool, serve) -> None:
     assert request.body == body
 
 
+async def test_a_reused_request_head_carries_each_requests_own_length_and_key(
+    pool: HttpPool, serve
+) -> None:
+    """The head is encoded once per URL and headers: each request still gets its own
+    Content-Length, and other headers (another key) get their own head."""
+    server = await serve(lambda conn: conn.serve(ok(), ok(), ok()))
+    url = server.url("/v1/chat/completions")
+    sent = [("sk-a", b'{"a":1}'), ("sk-a", b'{"a":12345}'), ("sk-b", b"")]
+    for key, body in sent:
+        headers = {"Authorization": "Bearer " + key, "Content-Type": "application/json"}
+        response = await pool.request(url, headers, body, connect_s=CONNECT_S)
+        await read_all(response)
+        response.release()
+    got = [(r.header("Authorization"), r.header("Content-Length"), r.body) for r in server.requests]
+    assert got == [(["Bearer " + key], [str(len(body))], body) for key, body in sent]
+    assert all(r.header("Host") == [f"127.0.0.1:{server.port}"] for r in server.requests)
+
+
+async def test_a_header_with_a_line_break_is_refused_every_time(pool: HttpPool) -> None:
+    for _ in range(2):
+        with pytest.raises(ValueError, match="line break"):
+            await pool.send("http://127.0.0.1:9/x", {"X-A": "b\r\nX-B: c"}, b"", connect_s=1)
+
+
 async def test_root_target_when_the_url_has_no_path(pool: HttpPool, serve) -> None:
     server = await serve(lambda conn: conn.serve(ok()))
     response = await pool.request(f"http://127.0.0.1:{server.port}", {}, b"", connect_s=CONNECT_S)

@@ -21,6 +21,7 @@ provider `up` is driven with `"model": "up/<scenario>"`:
   compat-quirks        reasoning_content, usage on every chunk, a call whose id and name
                        repeat on every delta and that has no index (OpenAI-compatible servers)
   hold                 1 s before anything, headers included (a gateway upstream), then text
+  whole                the text stream in one write with its end (Content-Length, not chunked)
   stall                content, then silence (idle timeout after the commit point)
 
 A key starting with `sk-bad` gets a 401, whatever the scenario; a key `sk-rl-<n>` gets a 429
@@ -125,6 +126,11 @@ class FakeOpenAI(ThreadedUpstream):
             await asyncio.sleep(3600)
         if not body.get("stream"):
             return web.json_response(self._completion(scenario))
+        if scenario == "whole":  # one write: headers, every event, the end (Content-Length)
+            usage_on = bool((body.get("stream_options") or {}).get("include_usage"))
+            whole = b"".join(self._events(scenario, usage_on))
+            self.finished += 1
+            return web.Response(body=whole, content_type="text/event-stream")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         try:
