@@ -28,7 +28,8 @@ lint: $(STAMP)
 bench: $(STAMP)
 	bash bench/install_deps.sh
 	$(PY) -m bench.load
-	$(PY) -m pytest -q bench/micro --benchmark-enable --benchmark-only -p no:cacheprovider
+	$(PY) -m pytest -q bench/micro --benchmark-enable --benchmark-only -p no:cacheprovider \
+		--benchmark-json bench/results/micro-$$(date -u +%Y%m%dT%H%M%SZ).json
 
 # atheris on every sans-IO decoder and translator, FUZZ_SECONDS per target (docs/testing.md)
 FUZZ_SECONDS ?= 60

@@ -1,6 +1,7 @@
 """Load benchmark: the gateway's throughput and added latency against a fake upstream.
 
     python -m bench.load [--duration S] [--connections 1,16,64] [--quick] [--direct-only] [--full]
+        [--workers N]
 
 Starts bench.fake_upstream (pinned with the load generator to one CPU) and the gateway (pinned to
 another CPU) on free loopback ports, checks that the gateway answers correctly in both modes,
@@ -8,8 +9,10 @@ warms up, then for each mode (non-stream, stream) and connection count runs wrk 
 fake upstream directly and through the gateway, alternating which goes first so machine drift
 cancels. Prints a table (Markdown) and writes bench/results/load-<UTC>.json and latest.json.
 --full: a gateway configured as in production (bench/load_full.py: sqlite store, virtual key
-with limits, two provider keys). Exit status: 0 all cells passed, 1 a cell failed (errors or
-non-2xx), 2 the setup failed.
+with limits, two provider keys). --workers N: the gateway as N worker processes, not pinned
+(they share the machine's CPUs with wrk and the fake upstream); /metrics must then count every
+answered request exactly once over all workers. Exit status: 0 all cells passed, 1 a cell
+failed (errors or non-2xx), 2 the setup failed.
 See docs/benchmarks.md for how to read the numbers.
 """
 
@@ -30,7 +33,13 @@ from pathlib import Path
 from types import FrameType
 
 from bench.fake_upstream import TOKEN
-from bench.load_full import AdminError, accounting_report, create_key, full_config
+from bench.load_full import (
+    AdminError,
+    accounting_report,
+    create_key,
+    full_config,
+    metrics_report,
+)
 from bench.load_procs import Pinning, Service, free_port, wait_healthy, wait_idle
 from bench.load_report import REPO, Cell, machine_info, render_table, write_results
 from bench.load_wrk import WrkRun, run_wrk, wrk_version
@@ -58,6 +67,7 @@ class Settings:
     pin: bool
     ready_timeout_s: float
     full: bool = False
+    workers: int = 1
 
 
 def parse_args(argv: list[str] | None) -> Settings:
@@ -80,6 +90,9 @@ def parse_args(argv: list[str] | None) -> Settings:
         "--full", action="store_true", help="sqlite store, virtual key, two provider keys"
     )
     parser.add_argument(
+        "--workers", type=int, default=1, help="gateway worker processes (not pinned when > 1)"
+    )
+    parser.add_argument(
         "--ready-timeout", type=float, default=30.0, help="seconds to wait for the gateway"
     )
     args = parser.parse_args(argv)
@@ -91,6 +104,8 @@ def parse_args(argv: list[str] | None) -> Settings:
         parser.error(f"--connections must be integers separated by commas, got {spec!r}")
     if not connections or min(connections) < 1 or duration < 1 or args.chunks < 1:
         parser.error("--connections, --duration and --chunks must be positive")
+    if args.workers < 1:
+        parser.error("--workers must be positive")
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
     return Settings(
         duration_s=duration,
@@ -101,6 +116,7 @@ def parse_args(argv: list[str] | None) -> Settings:
         pin=not args.no_pin,
         ready_timeout_s=args.ready_timeout,
         full=args.full,
+        workers=args.workers,
     )
 
 
@@ -181,6 +197,10 @@ class LoadBench:
         self.urls: dict[str, str] = {}
         self.startup_s: dict[str, float] = {}
         self.bearer, self.key_id = "bench", ""  # what wrk sends; --full: the virtual key
+        # every request the gateway answered that wrk or a check saw, and how many more it may
+        # count (those in flight when a wrk run ended: up to its connections per run)
+        self.gateway_answered = 0
+        self.gateway_cut_off_max = 0
 
     def start(self) -> None:
         """Starts the fake upstream and (unless direct-only) the gateway; waits until healthy."""
@@ -202,12 +222,14 @@ class LoadBench:
         store = self.workdir / "gateway.db"
         full = full_config(gw_port, up_port, store, GATEWAY_MODEL, UPSTREAM_MODEL)
         config.write_text(full if self.settings.full else gateway_config(gw_port, up_port))
+        workers = self.settings.workers
         gateway = self._spawn(
             "gateway",
             [
-                *self.pinning.prefix(self.pinning.gateway_cpu),
+                *self.pinning.prefix(self.pinning.gateway_cpu if workers == 1 else None),
                 *(sys.executable, "-m", "gateway", "serve", "--config", str(config)),
                 *("--host", "127.0.0.1", "--port", str(gw_port)),
+                *(("--workers", str(workers)) if workers > 1 else ()),
             ],
         )
         self._wait(gateway, f"http://127.0.0.1:{gw_port}/healthz", self.settings.ready_timeout_s)
@@ -249,6 +271,7 @@ class LoadBench:
                         f"--- {service.name} output ---\n{service.log_tail()}"
                     )
                 checked[f"{target} {mode}"] = "ok"
+                self.gateway_answered += target == "gateway"
         log("answers verified: " + ", ".join(checked))
         return checked
 
@@ -293,6 +316,9 @@ class LoadBench:
             self.pinning.prefix(self.pinning.load_cpu),
         )
         elapsed = time.monotonic() - t0
+        if target == "gateway":
+            self.gateway_answered += run.requests
+            self.gateway_cut_off_max += conns
         # Share of one core each process used while wrk ran: 100 means CPU-bound.
         run.cpu = {
             s.name: round((s.cpu_seconds() - before[s.name]) / elapsed * 100, 1)
@@ -301,11 +327,16 @@ class LoadBench:
         return run
 
     def accounting(self, cells: list[Cell]) -> dict[str, object] | None:
-        """--full: the store settled every request wrk saw answered; /metrics counts them."""
-        if not self.settings.full or "gateway" not in self.urls:
+        """--full: the store settled every request wrk saw answered; /metrics counts them.
+        --workers N: /metrics counts each answered request once over all workers."""
+        if "gateway" not in self.urls or not (self.settings.full or self.settings.workers > 1):
             return None
         try:
-            report = accounting_report(self.urls["gateway"], self.key_id, cells)
+            report = metrics_report(
+                self.urls["gateway"], self.gateway_answered, self.gateway_cut_off_max
+            )
+            if self.settings.full:
+                report |= accounting_report(self.urls["gateway"], self.key_id, cells)
         except (AdminError, OSError) as error:
             raise SetupError(f"accounting check: {error}") from error
         log(f"accounting: {report}")
@@ -327,6 +358,12 @@ class LoadBench:
         """Stops every started process by its id, newest first."""
         for service in reversed(self.services):
             service.stop()
+
+
+def describe_pinning(pinning: Pinning, settings: Settings) -> str:
+    if settings.workers == 1:
+        return pinning.describe()
+    return f"{pinning.describe()} (--workers {settings.workers}: the gateway is not pinned)"
 
 
 def _progress_line(mode: str, run: WrkRun) -> str:
@@ -361,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {pinning.load_cpu})
     signal.signal(signal.SIGTERM, _on_sigterm)
     started = datetime.now(UTC)
-    log(f"pinning: {pinning.describe()}")
+    log(f"pinning: {describe_pinning(pinning, settings)}")
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
         bench = LoadBench(settings, pinning, Path(tmp))
         try:
@@ -385,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         "ok": ok,
         "machine": machine_info(wrk, cpus_allowed),
         "settings": asdict(settings),
-        "pinning": {**asdict(pinning), "description": pinning.describe()},
+        "pinning": {**asdict(pinning), "description": describe_pinning(pinning, settings)},
         "processes": processes,
         "verification": verification,
         "accounting": accounting,

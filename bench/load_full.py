@@ -85,3 +85,26 @@ def accounting_report(chat_url: str, key_id: str, cells: list[Cell]) -> dict[str
     if settled < answered:
         raise AdminError(f"fewer requests settled than answered: {report}")
     return report
+
+
+def metrics_report(chat_url: str, answered: int, cut_off_max: int) -> dict[str, object]:
+    """/metrics counts every request answered (`answered`, wrk's and the checks') once, over
+    all workers: its gateway_requests_total sum is at least that, at most `cut_off_max` more
+    (requests in flight when a wrk run ended), and no series is exposed twice. Raises
+    AdminError otherwise."""
+    base_url = chat_url.removesuffix("/v1/chat/completions")
+    with urllib.request.urlopen(base_url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    series = [line for line in text.splitlines() if line and not line.startswith("#")]
+    requests = [line for line in series if line.startswith("gateway_requests_total{")]
+    counted = sum(int(float(line.rsplit(" ", 1)[1])) for line in requests)
+    names = [line.rsplit(" ", 1)[0] for line in series]
+    report: dict[str, object] = {
+        "metrics_requests_counted": counted,
+        "requests_answered": answered,
+        "requests_cut_off_max": cut_off_max,
+        "metrics_duplicate_series": len(names) - len(set(names)),
+    }
+    if not answered <= counted <= answered + cut_off_max or report["metrics_duplicate_series"]:
+        raise AdminError(f"/metrics does not count the requests answered: {report}")
+    return report

@@ -89,18 +89,29 @@ class Service:
         return data[-max_bytes:].decode("utf-8", "replace")
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time used so far (0.0 once it is gone)."""
-        return process_cpu_seconds(self.pid)
+        """User + system CPU time used so far by the process and the live processes of its
+        group (a gateway's forked workers); 0.0 once it is gone."""
+        return sum(process_cpu_seconds(pid) for pid in self.group())
+
+    def group(self) -> list[int]:
+        """The process and the live processes of its group (it leads one: see __init__)."""
+        members = [self.pid]
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == self.pid:
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == self.pid:  # its process group
+                members.append(int(entry.name))
+        return members
 
     def peak_rss_kib(self) -> int | None:
-        """The process's peak resident memory (VmHWM), if it is still there."""
-        try:
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-        except OSError:
-            return None
-        return None
+        """The largest peak resident memory (VmHWM) of the process and its group's, if
+        they are still there."""
+        peaks = [p for p in map(_peak_rss_kib, self.group()) if p is not None]
+        return max(peaks) if peaks else None
 
     def stop(self, grace_s: float = 10.0) -> int | None:
         """SIGTERM to the process group we created, bounded wait, then SIGKILL."""
@@ -122,6 +133,16 @@ class Service:
         # so the id cannot have been reused by an unrelated process.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signum)
+
+
+def _peak_rss_kib(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
 
 
 def process_cpu_seconds(pid: int) -> float:
