@@ -82,7 +82,9 @@ class ResponseParser:
         pos, size = 0, len(buffer)
         while pos < size:
             state = self._state
-            if state in (_LENGTH, _CHUNK_DATA):
+            if state == _CHUNK_SIZE:
+                pos = self._chunks(buffer, pos, events)
+            elif state in (_LENGTH, _CHUNK_DATA):
                 take = min(self._remaining, size - pos)
                 events.append(buffer if take == size else buffer[pos : pos + take])
                 pos += take
@@ -90,6 +92,9 @@ class ResponseParser:
                 if not self._remaining:
                     if state == _LENGTH:
                         self._finish(events)
+                    elif buffer[pos : pos + 2] == b"\r\n":  # saves a turn per chunk when split
+                        pos += 2
+                        self._state = _CHUNK_SIZE
                     else:
                         self._state = _CHUNK_CRLF
             elif state == _UNTIL_CLOSE:
@@ -119,8 +124,8 @@ class ResponseParser:
     # --- heads, chunk sizes, trailers -----------------------------------------------------
 
     def _parse_line_state(self, buffer: bytes, pos: int, events: list[Event]) -> int:
-        """Consume one head / chunk line / trailer block from `pos`; returns the position
-        after it, or -1 when more bytes are needed."""
+        """Consume one head / CRLF after a chunk's data / trailer line from `pos`; returns
+        the position after it, or -1 when more bytes are needed. Chunk-size lines: `_chunks`."""
         state = self._state
         if state == _HEAD:
             end = buffer.find(b"\r\n\r\n", pos)
@@ -141,27 +146,51 @@ class ResponseParser:
                 raise UpstreamProtocolError("malformed chunked body: no CRLF after a chunk")
             self._state = _CHUNK_SIZE
             return pos + 2
+        # _TRAILERS: lines until an empty one, each read and dropped
         end = buffer.find(b"\r\n", pos)
-        bound = MAX_CHUNK_LINE if state == _CHUNK_SIZE else MAX_HEAD_BYTES
-        if (end < 0 and len(buffer) - pos > bound) or end - pos > bound:
+        if (end < 0 and len(buffer) - pos > MAX_HEAD_BYTES) or end - pos > MAX_HEAD_BYTES:
             raise UpstreamProtocolError("malformed chunked body: line too long")
         if end < 0:
             return -1
-        if state == _CHUNK_SIZE:
-            size_text = buffer[pos:end].split(b";", 1)[0].strip()
-            if not size_text or size_text.strip(_HEX_DIGITS):
-                raise UpstreamProtocolError("malformed chunked body: bad chunk size")
-            size = int(size_text, 16)
-            if size == 0:
-                self._state = _TRAILERS
-            else:
-                self._remaining = size
-                self._state = _CHUNK_DATA
-            return end + 2
-        # _TRAILERS: lines until an empty one
         if end == pos:
             self._finish(events)
         return end + 2
+
+    def _chunks(self, buffer: bytes, pos: int, events: list[Event]) -> int:
+        """Consume chunks from `pos`, the start of a chunk-size line: every whole chunk in one
+        pass, then the start of one that continues in later reads (its data is left to
+        `feed`), or the last chunk's line. Returns the position after what it consumed; an
+        incomplete size line is held for the next read."""
+        # One loop turn per chunk, not one per state: a streamed answer is dozens of small
+        # chunks, often in a single read, and the per-state dispatch cost more than the work.
+        find = buffer.find
+        append = events.append
+        size = len(buffer)
+        while pos < size:
+            end = find(b"\r\n", pos)
+            if (end < 0 and size - pos > MAX_CHUNK_LINE) or end - pos > MAX_CHUNK_LINE:
+                raise UpstreamProtocolError("malformed chunked body: line too long")
+            if end < 0:
+                self._buffer = buffer[pos:]
+                return size
+            line = buffer[pos:end]
+            # Bare hex digits (all an upstream usually sends) take int() directly; the check
+            # also keeps Python's own int syntax ("+5", "0x5", "0_5") out.
+            length = _chunk_size(line) if not line or line.strip(_HEX_DIGITS) else int(line, 16)
+            pos = end + 2
+            if not length:
+                self._state = _TRAILERS
+                return pos
+            stop = pos + length
+            if stop + 2 > size:
+                self._remaining = length
+                self._state = _CHUNK_DATA
+                return pos
+            if buffer[stop : stop + 2] != b"\r\n":
+                raise UpstreamProtocolError("malformed chunked body: no CRLF after a chunk")
+            append(buffer[pos:stop])
+            pos = stop + 2
+        return pos
 
     def _parse_head(self, raw: bytes) -> ResponseHead | None:
         lines = raw.decode("latin-1").split("\r\n")
@@ -214,6 +243,15 @@ class ResponseParser:
     def _finish(self, events: list[Event]) -> None:
         self._state = _DONE
         events.append(END)
+
+
+def _chunk_size(line: bytes) -> int:
+    """The size on a chunk-size line that is not bare hex: extensions dropped, blanks around
+    the number allowed."""
+    size_text = line.split(b";", 1)[0].strip()
+    if not size_text or size_text.strip(_HEX_DIGITS):
+        raise UpstreamProtocolError("malformed chunked body: bad chunk size")
+    return int(size_text, 16)
 
 
 _FRAMING_HEADERS: Final = frozenset({"host", "content-length", "transfer-encoding"})
