@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from importlib import resources
 from typing import Any
@@ -47,6 +47,24 @@ class ModelPrice:
     reasoning_output: Decimal | None = None
     source: str = ""
     date: str = ""
+    # The four prices as integers over one denominator (nanodollars per token is
+    # `rates[i] / scale`): a cost is then integer arithmetic, exact like the Decimal one
+    # and a fraction of its time on the path of every request.
+    rates: tuple[int, int, int, int] = field(init=False, repr=False, compare=False)
+    scale: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        cached = self.input if self.cached_input is None else self.cached_input
+        reasoning = self.output if self.reasoning_output is None else self.reasoning_output
+        nanos = [p * _NANOS_PER_TOKEN_PER_MTOK_PRICE for p in (self.input, cached)]
+        nanos += [p * _NANOS_PER_TOKEN_PER_MTOK_PRICE for p in (self.output, reasoning)]
+        if not all(n.is_finite() for n in nanos):
+            raise ValueError(f"a price must be a finite number of USD per Mtok: {self}")
+        places = max(0, *(-int(n.as_tuple().exponent) for n in nanos))
+        scale = 10**places
+        ints = [int(n.scaleb(places)) for n in nanos]
+        object.__setattr__(self, "rates", (ints[0], ints[1], ints[2], ints[3]))
+        object.__setattr__(self, "scale", scale)
 
     @classmethod
     def of(cls, price: Price) -> ModelPrice:
@@ -70,6 +88,13 @@ def _clamp(value: int | Any, top: int) -> int:
     return min(value, top)
 
 
+def _nanos(scaled: int, scale: int) -> int:
+    """`scaled / scale` rounded half away from zero (Decimal's ROUND_HALF_UP)."""
+    if scaled < 0:
+        return -_nanos(-scaled, scale)
+    return (2 * scaled + scale) // (2 * scale)
+
+
 def cost_nanos(usage: Usage, price: ModelPrice) -> int:
     """The cost of `usage` at `price`. Usage follows OpenAI's convention: cached tokens are
     part of prompt_tokens and reasoning tokens part of completion_tokens."""
@@ -83,23 +108,22 @@ def cost_nanos(usage: Usage, price: ModelPrice) -> int:
     reasoning = 0
     if out_details is not UNSET and out_details is not None:
         reasoning = _clamp(out_details.reasoning_tokens, completion)
-    cached_price = price.input if price.cached_input is None else price.cached_input
-    reasoning_price = price.output if price.reasoning_output is None else price.reasoning_output
-    micro = (
-        (prompt - cached) * price.input
-        + cached * cached_price
-        + (completion - reasoning) * price.output
-        + reasoning * reasoning_price
+    input_rate, cached_rate, output_rate, reasoning_rate = price.rates
+    scaled = (
+        (prompt - cached) * input_rate
+        + cached * cached_rate
+        + (completion - reasoning) * output_rate
+        + reasoning * reasoning_rate
     )
-    return int((micro * _NANOS_PER_TOKEN_PER_MTOK_PRICE).to_integral_value(ROUND_HALF_UP))
+    return _nanos(scaled, price.scale)
 
 
 def most_cost_nanos(input_tokens: int, output_tokens: int, price: ModelPrice) -> int:
     """The most these token counts can cost: no cache hit, and every output token at the
     dearer of the output and reasoning prices (what a reservation must cover)."""
-    dearest = max(price.output, price.reasoning_output or price.output)
-    micro = input_tokens * price.input + output_tokens * dearest
-    return int((micro * _NANOS_PER_TOKEN_PER_MTOK_PRICE).to_integral_value(ROUND_HALF_UP))
+    input_rate, _, output_rate, reasoning_rate = price.rates
+    scaled = input_tokens * input_rate + output_tokens * max(output_rate, reasoning_rate)
+    return _nanos(scaled, price.scale)
 
 
 def usd(nanos: int) -> Decimal:
@@ -109,7 +133,9 @@ def usd(nanos: int) -> Decimal:
 
 def usd_text(nanos: int) -> str:
     """Nanodollars as a plain decimal USD string (`0.000123450`), never in exponent form."""
-    return f"{usd(nanos):.9f}"
+    sign = "-" if nanos < 0 else ""
+    whole, fraction = divmod(abs(nanos), NANOS_PER_USD)
+    return f"{sign}{whole}.{fraction:09d}"
 
 
 def nanos_of_usd(value: float | int | str | Decimal) -> int:

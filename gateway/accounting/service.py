@@ -19,13 +19,13 @@ import hmac
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from aiohttp import web
 
 from gateway.accounting.keys import budget_windows, hash_secret, static_keys
 from gateway.accounting.prices import ModelPrice, PriceTable, cost_nanos, most_cost_nanos
-from gateway.config import Config
+from gateway.config import Config, ProviderConfig
 from gateway.errors import AuthenticationFailed, PermissionDenied, RateLimited
 from gateway.store.kv import StoreError
 from gateway.store.ledger import Admission, Charge, KeyRecord, Ledger
@@ -59,8 +59,9 @@ class Ticket:
     done: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Settled:
+class Settled(NamedTuple):
+    """What a request was charged (a tuple: made on every request)."""
+
     cost_nanos: int
     estimated: bool
 
@@ -89,6 +90,15 @@ class Accounting:
         self._unpriced: set[str] = set()  # models already logged as having no price
         # a client sends its key on every request: hash it once (bounded; cleared when full)
         self._hashes: dict[str, str] = {}
+        self._targets: dict[tuple[str, str], Target] = {}  # made once per provider and model
+
+    def target(self, provider: ProviderConfig, model: str) -> Target:
+        """The Target of serving upstream `model` on `provider` (one object per pair)."""
+        found = self._targets.get((provider.name, model))
+        if found is None:
+            found = Target(provider=provider.name, kind=provider.kind, model=model)
+            self._targets[(provider.name, model)] = found
+        return found
 
     # --- who ---------------------------------------------------------------------------
 
@@ -139,17 +149,14 @@ class Accounting:
         output_cap: int,
         ticket_id: str,
     ) -> Ticket:
-        ticket = Ticket(model=model, prompt_tokens=prompt_tokens)
+        ticket = Ticket(model, prompt_tokens)
         if not principal.secret_hash:
             return ticket
-        reserve = max(
-            (
-                most_cost_nanos(prompt_tokens, output_cap, price)
-                for t in targets
-                if (price := self.price(model, t)) is not None
-            ),
-            default=0,
-        )
+        reserve = 0
+        for target in targets:
+            price = self.price(model, target)
+            if price is not None:
+                reserve = max(reserve, most_cost_nanos(prompt_tokens, output_cap, price))
         now = time.time()
         admitted = await self.ledger.admit(
             Admission(

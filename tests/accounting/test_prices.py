@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from importlib import resources
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.accounting.prices import (
     FREE,
@@ -122,3 +124,52 @@ def test_the_most_a_request_can_cost_prices_output_at_the_dearer_rate() -> None:
         completion_tokens_details=CompletionTokensDetails(reasoning_tokens=10),
     )
     assert cost_nanos(reasoning, price) == most_cost_nanos(100, 10, price)
+
+
+PRICES = st.decimals(min_value=0, max_value=1000, places=7, allow_nan=False)
+TOKENS = st.integers(min_value=0, max_value=10**9)
+
+
+@given(
+    prices=st.tuples(PRICES, PRICES, st.none() | PRICES, st.none() | PRICES),
+    tokens=st.tuples(TOKENS, TOKENS, TOKENS, TOKENS),
+)
+def test_costs_are_the_exact_decimal_arithmetic_rounded_half_up_once(
+    prices: tuple[Decimal, Decimal, Decimal | None, Decimal | None],
+    tokens: tuple[int, int, int, int],
+) -> None:
+    """The integer arithmetic the hot path uses gives what Decimal gives (the contract)."""
+    price = ModelPrice(*prices)
+    prompt, completion, cached, reasoning = tokens
+    cached, reasoning = min(cached, prompt), min(reasoning, completion)
+    usage = Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
+        completion_tokens_details=CompletionTokensDetails(reasoning_tokens=reasoning),
+    )
+    cached_price = price.input if price.cached_input is None else price.cached_input
+    reasoning_price = price.output if price.reasoning_output is None else price.reasoning_output
+    micro = (
+        (prompt - cached) * price.input
+        + cached * cached_price
+        + (completion - reasoning) * price.output
+        + reasoning * reasoning_price
+    )
+    assert cost_nanos(usage, price) == int((micro * 1000).to_integral_value(ROUND_HALF_UP))
+    most = prompt * price.input + completion * max(price.output, reasoning_price)
+    assert most_cost_nanos(prompt, completion, price) == int(
+        (most * 1000).to_integral_value(ROUND_HALF_UP)
+    )
+
+
+@given(st.integers(min_value=-(10**15), max_value=10**15))
+def test_usd_text_is_the_exact_decimal(nanos: int) -> None:
+    text = usd_text(nanos)
+    assert Decimal(text) == Decimal(nanos).scaleb(-9)
+    assert len(text.partition(".")[2]) == 9
+
+
+def test_a_price_that_is_not_a_number_is_refused() -> None:
+    with pytest.raises(ValueError, match="finite"):
+        ModelPrice.of(Price(input_per_mtok=float("inf"), output_per_mtok=1.0))
