@@ -9,7 +9,7 @@ from aiohttp import web
 
 from gateway.accounting.service import ACCOUNTING, Accounting
 from gateway.config import Config
-from gateway.observability.access import access_log_flusher, observe_middleware
+from gateway.observability.access import access_log_flusher
 from gateway.observability.metrics import GatewayMetrics, model_names
 from gateway.providers.registry import make_adapter
 from gateway.routing.router import Router
@@ -18,7 +18,7 @@ from gateway.server.admin_health import admin_health
 from gateway.server.admin_keys import add_admin_routes
 from gateway.server.chat import chat_completions, list_models
 from gateway.server.embeddings import embeddings
-from gateway.server.errors import ERROR_SHAPES, error_middleware
+from gateway.server.errors import ERROR_SHAPES, gateway_middleware
 from gateway.server.health import healthz, readyz
 from gateway.server.limits import SLOTS, StreamSlots
 from gateway.server.messages import count_tokens, messages, render_error
@@ -37,8 +37,7 @@ def build_app(config: Config, metrics_dir: Path | None = None) -> web.Applicatio
     gateway_metrics = GatewayMetrics(models=model_names(config), directory=metrics_dir)
     state = GatewayState(config, Router(config, adapters, metrics=gateway_metrics))
     app = web.Application(
-        # inside the error middleware: it sees the handler's errors before they are rendered
-        middlewares=[error_middleware, observe_middleware(gateway_metrics)],
+        middlewares=[gateway_middleware(gateway_metrics)],
         client_max_size=config.server.max_body_bytes,
         handler_args={"access_log": None},
     )

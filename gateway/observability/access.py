@@ -1,12 +1,12 @@
 """What happened to each request, told once when it ends: the request metrics and one JSON
 access-log line.
 
-The middleware (inside the error middleware, so it sees the handler's errors before they
-are rendered and the request id is set) puts a `RequestRecord` on the request; the handlers
-that serve through an upstream fill in the model, provider, attempts, usage, cost and
-timings (gateway/server/inference.py, embeddings.py). When the handler is done, `finish`
-updates the metrics (docs/metrics.md) and writes the access line (docs/operations.md).
-`/metrics`, `/healthz` and `/readyz` are neither counted nor logged.
+The gateway's one middleware (gateway/server/errors.py) puts a `RequestRecord` on the
+request; the handlers that serve through an upstream fill in the model, provider, attempts,
+usage, cost and timings (gateway/server/inference.py, embeddings.py). When the handler is
+done (`observe_failure` first when it raised), `finish` updates the metrics
+(docs/metrics.md) and writes the access line (docs/operations.md). `/metrics`, `/healthz`
+and `/readyz` are neither counted nor logged.
 
 Times are `time.perf_counter()` (uvloop's `loop.time()` has millisecond resolution; the
 overhead is measured in microseconds).
@@ -19,15 +19,20 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import msgspec
 from aiohttp import web
 
 from gateway.errors import ClientError, GatewayError, NoUpstreamAvailable
-from gateway.observability.logs import ACCESS_FLUSH_S, ACCESS_LOGGER, flush_access_log, iso_time
+from gateway.observability.logs import (
+    ACCESS_FLUSH_S,
+    ACCESS_LOGGER,
+    flush_access_log,
+    iso_time,
+    log_access_line,
+)
 from gateway.observability.metrics import NO_PROVIDER, OTHER_ROUTE, GatewayMetrics
-from gateway.server.state import REQUEST_ID
 
 UNOBSERVED = frozenset({"/metrics", "/healthz", "/readyz"})
 CLIENT_CLOSED = 499  # nginx's word for a client that left before its answer
@@ -47,7 +52,6 @@ _REJECTION_BY_CODE = {
 }
 access_log = logging.getLogger(ACCESS_LOGGER)
 _PID = os.getpid()  # a module of a spawned worker is imported in that worker
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class RequestRecord:
@@ -96,8 +100,9 @@ class RequestRecord:
 RECORD = web.RequestKey("request_record", RequestRecord)
 
 
-class AccessLine(msgspec.Struct, kw_only=True):
-    """The access log's fields, in this order (docs/operations.md)."""
+class AccessLine(msgspec.Struct):
+    """The access log's fields, in this order (docs/operations.md); made positionally (a
+    struct of 20 fields by keyword costs twice as much)."""
 
     ts: str
     request_id: str | None
@@ -142,52 +147,39 @@ def rejection_reason(err: GatewayError) -> str | None:
     return None
 
 
-def observe_middleware(metrics: GatewayMetrics) -> Callable[..., Awaitable[web.StreamResponse]]:
-
-    @web.middleware
-    async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
-        route = route_of(request)
-        if route in UNOBSERVED:
-            return await handler(request)
-        record = RequestRecord(time.perf_counter(), route)
-        request[RECORD] = record
-        status = 500
-        try:
-            response = await handler(request)
-            status = response.status
-            return response
-        except GatewayError as err:
-            status = err.status
-            record.error = err.code or err.type
-            reason = rejection_reason(err)
-            if reason is not None:
-                metrics.rejection_for(reason).inc()
-            raise
-        except web.HTTPException as exc:
-            status = exc.status
-            reason = _REJECTION_BY_STATUS.get(status)
-            if reason is not None:
-                metrics.rejection_for(reason).inc()
-            record.error = reason
-            raise
-        except asyncio.CancelledError:
-            status, record.error = CLIENT_CLOSED, "client_closed"
-            raise
-        finally:
-            finish(metrics, request, record, status)
-
-    return observe
+def observe_failure(metrics: GatewayMetrics, record: RequestRecord, exc: BaseException) -> int:
+    """What the request's handler raising `exc` tells: the error on `record`, a rejection
+    counted when the gateway refused the request itself; the status the metrics and the
+    access line give it (499 when the client left first)."""
+    if isinstance(exc, GatewayError):
+        record.error = exc.code or exc.type
+        reason = rejection_reason(exc)
+        if reason is not None:
+            metrics.rejection_for(reason).inc()
+        return exc.status
+    if isinstance(exc, web.HTTPException):
+        status = exc.status
+        reason = _REJECTION_BY_STATUS.get(status)
+        if reason is not None:
+            metrics.rejection_for(reason).inc()
+        record.error = reason
+        return status
+    if isinstance(exc, asyncio.CancelledError):
+        record.error = "client_closed"
+        return CLIENT_CLOSED
+    return 500
 
 
 def finish(
-    metrics: GatewayMetrics, request: web.Request, record: RequestRecord, status: int
+    metrics: GatewayMetrics,
+    record: RequestRecord,
+    status: int,
+    request_id: str | None,
+    method: str,
 ) -> None:
     duration, ttft = count_request(metrics, record, status)
     if access_log.isEnabledFor(logging.INFO):
-        line = access_line(record, status, request.get(REQUEST_ID), request.method, duration, ttft)
-        # a record made directly: Logger.info would look up the caller's frame for every
-        # request, a cost the access line (which names no source line) does not need
-        access_log.handle(access_log.makeRecord(ACCESS_LOGGER, logging.INFO, "", 0, line, (), None))
+        log_access_line(access_line(record, status, request_id, method, duration, ttft))
 
 
 def access_line(
@@ -199,27 +191,28 @@ def access_line(
     ttft: float | None,
 ) -> str:
     """The JSON access line of one ended request (docs/operations.md lists the fields)."""
+    overhead = record.overhead_s
     line = AccessLine(
-        ts=iso_time(time.time()),
-        request_id=request_id,
-        method=method,
-        route=record.route,
-        status=status,
-        model=record.model,
-        provider=record.provider,
-        upstream_model=record.upstream_model,
-        attempts=record.attempts,
-        stream=record.stream,
-        input_tokens=record.input_tokens,
-        output_tokens=record.output_tokens,
-        cached_tokens=record.cached_tokens,
-        cost_usd=record.cost_usd,
-        ttft_s=_rounded(ttft),
-        duration_s=round(duration, 6),
-        overhead_s=_rounded(record.overhead_s),
-        key=record.key,
-        error=record.error,
-        pid=_PID,
+        iso_time(time.time()),
+        request_id,
+        method,
+        record.route,
+        status,
+        record.model,
+        record.provider,
+        record.upstream_model,
+        record.attempts,
+        record.stream,
+        record.input_tokens,
+        record.output_tokens,
+        record.cached_tokens,
+        record.cost_usd,
+        None if ttft is None else round(ttft, 6),
+        round(duration, 6),
+        None if overhead is None else round(overhead, 6),
+        record.key,
+        record.error,
+        _PID,
     )
     return _line_encoder.encode(line).decode()
 
@@ -263,7 +256,3 @@ async def access_log_flusher(app: web.Application) -> AsyncIterator[None]:
         with contextlib.suppress(asyncio.CancelledError):
             await task
         flush_access_log()
-
-
-def _rounded(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds, 6)

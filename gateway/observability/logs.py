@@ -6,9 +6,12 @@ gateway/observability/access.py) has a handler of its own that writes its lines 
 and does not propagate, so an operator can route it (attach a handler to `gateway.access`)
 without it appearing twice. That handler buffers: a write syscall per request costs more
 than building the line, so lines leave in batches, when 32 KB are waiting and at least every
-`ACCESS_FLUSH_S` (the app's flusher task, `flush_access_log`) and at exit. Records do not
-carry the pid, thread or process name (a `getpid` syscall per record on Linux); the formats
-put this process's pid in themselves.
+`ACCESS_FLUSH_S` (the app's flusher task, `flush_access_log`) and at exit. While that
+handler is the logger's only one (no filter, no other formatter), an access line is handed
+to it without a LogRecord (`log_access_line`: making and dispatching a record costs more
+than the line itself); any other setup gets a record as usual. Records do not carry the
+pid, thread or process name (a `getpid` syscall per record on Linux); the formats put this
+process's pid in themselves.
 
 Secrets: no code path puts one in a message, and every formatter here also replaces any
 configured secret (provider keys, the master key, static virtual keys, the store's password)
@@ -100,7 +103,10 @@ class AccessFormatter(logging.Formatter):
         self._secrets = secrets
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact(record.getMessage(), self._secrets)
+        return self.format_line(record.getMessage())
+
+    def format_line(self, line: str) -> str:
+        return redact(line, self._secrets)
 
 
 class BatchingHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -117,6 +123,10 @@ class BatchingHandler(logging.StreamHandler):  # type: ignore[type-arg]
         except Exception:
             self.handleError(record)
             return
+        self.add(line)
+
+    def add(self, line: str) -> None:
+        """A formatted line into the batch (the caller holds the handler's lock)."""
         self._lines.append(line)
         self._size += len(line)
         if self._size >= ACCESS_BUFFER_BYTES:
@@ -167,19 +177,49 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def flush_access_log() -> None:
-    for handler in logging.getLogger(ACCESS_LOGGER).handlers:
+    for handler in _access_logger.handlers:
         handler.flush()
 
 
+def log_access_line(line: str) -> None:
+    """`line` at info on the access logger (the caller knows that level is enabled): straight
+    into the batch when the logger is as `configure_logging` left it, else as a LogRecord."""
+    logger = _access_logger
+    handlers = logger.handlers
+    if len(handlers) == 1 and not (logger.filters or logger.propagate or logger.disabled):
+        handler = handlers[0]
+        formatter = handler.formatter
+        if (
+            type(handler) is BatchingHandler
+            and type(formatter) is AccessFormatter
+            and handler.level <= logging.INFO
+            and not handler.filters
+        ):
+            with handler.lock or contextlib.nullcontext():
+                handler.add(formatter.format_line(line))
+            return
+    # made directly: Logger.info would look up the caller's frame, which the line never names
+    logger.handle(logger.makeRecord(ACCESS_LOGGER, logging.INFO, "", 0, line, (), None))
+
+
+_access_logger = logging.getLogger(ACCESS_LOGGER)
+
+
 def iso_time(epoch: float) -> str:
-    second = int(epoch)
-    global _second, _second_text
+    """`epoch` as UTC ISO 8601 to the millisecond (`2026-11-30T08:13:22.882Z`)."""
+    global _milli, _milli_text, _second, _second_text
+    milli = int(epoch * 1000)
+    if milli == _milli:  # several lines a millisecond under load: one text for them all
+        return _milli_text
+    second = milli // 1000
     if second != _second:  # one strftime per second, not per line
         _second, _second_text = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-    return f"{_second_text}.{int(epoch % 1 * 1000):03d}Z"
+    _milli, _milli_text = milli, f"{_second_text}.{milli % 1000:03d}Z"
+    return _milli_text
 
 
 _second, _second_text = -1, ""
+_milli, _milli_text = -1, ""
 
 
 def configure_logging(config: Config) -> None:

@@ -1,10 +1,16 @@
-"""Rendering errors for clients, and the middlewares that make every answer carry an id.
+"""Rendering errors for clients, and the one middleware around every request.
 
 Every error leaves in the OpenAI shape `{"error": {"message", "type", "param", "code"}}`
 with the status its class names, except on routes whose API has its own error shape: those
 register a renderer for their path in `ERROR_SHAPES` (Anthropic Messages under
 `/v1/messages`). aiohttp's own HTTP errors (unknown route, wrong method, body too large) are
 rendered the same way. Nothing here ever puts a secret in a body.
+
+`gateway_middleware` gives each request its id (the `x-request-id` of every answer), keeps
+its `RequestRecord` (gateway/observability/access.py: the metrics and the access line, told
+when the handler is done, before an error is rendered) and renders what the handler raised.
+It is one middleware, not an error and an observing one: each layer is another coroutine and
+a call through a partial on every request.
 """
 
 from __future__ import annotations
@@ -12,8 +18,10 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from time import perf_counter
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from gateway.errors import (
     BodyTooLarge,
@@ -23,6 +31,15 @@ from gateway.errors import (
     NotFound,
     StoreUnanswered,
 )
+from gateway.observability.access import (
+    RECORD,
+    UNOBSERVED,
+    RequestRecord,
+    finish,
+    observe_failure,
+    route_of,
+)
+from gateway.observability.metrics import GatewayMetrics
 from gateway.server.state import REQUEST_ID, STATE
 from gateway.store.kv import StoreError
 from gateway.stream.chat_outbound import error_body
@@ -83,15 +100,57 @@ def _from_http_exception(exc: web.HTTPException, request: web.Request) -> Gatewa
     return err
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    request_id = request_id_of(request)
-    request[REQUEST_ID] = request_id
-    try:
-        response = await handler(request)
-    except GatewayError as err:
-        return error_response(err, request_id, renderer_for(request))
-    except StoreError as exc:
+def gateway_middleware(metrics: GatewayMetrics) -> Middleware:
+    """The application's middleware (see the module docstring)."""
+
+    @web.middleware
+    async def serve(request: web.Request, handler: Handler) -> web.StreamResponse:
+        request_id = request_id_of(request)
+        request[REQUEST_ID] = request_id
+        route = route_of(request)
+        record: RequestRecord | None = None
+        if route not in UNOBSERVED:
+            record = request[RECORD] = RequestRecord(perf_counter(), route)
+        try:
+            response = await handler(request)
+        except Exception as exc:
+            if record is not None:
+                finish(
+                    metrics,
+                    record,
+                    observe_failure(metrics, record, exc),
+                    request_id,
+                    request.method,
+                )
+            rendered = error_answer(exc, request, request_id)
+            if rendered is None:
+                raise
+            return rendered
+        except BaseException as exc:  # the client left (CancelledError), or the process ends
+            if record is not None:
+                finish(
+                    metrics,
+                    record,
+                    observe_failure(metrics, record, exc),
+                    request_id,
+                    request.method,
+                )
+            raise
+        if record is not None:
+            finish(metrics, record, response.status, request_id, request.method)
+        if not response.prepared:
+            response.headers["x-request-id"] = request_id
+        return response
+
+    return serve
+
+
+def error_answer(exc: Exception, request: web.Request, request_id: str) -> web.Response | None:
+    """The answer to a handler's `exc`; None for an HTTP exception that is no error (a
+    redirect), which aiohttp sends itself."""
+    if isinstance(exc, GatewayError):
+        return error_response(exc, request_id, renderer_for(request))
+    if isinstance(exc, StoreError):
         # a handler that needed the store and did not say more: fail closed, 503
         log.warning(
             "store error in %s %s (request %s): %s",
@@ -103,16 +162,16 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         unanswered = StoreUnanswered("the gateway's store did not answer; try again shortly")
         unanswered.headers["Retry-After"] = "1"
         return error_response(unanswered, request_id, renderer_for(request))
-    except web.HTTPException as exc:
+    if isinstance(exc, web.HTTPException):
         if exc.status < 400:
-            raise
+            return None
         http_err = _from_http_exception(exc, request)
         return error_response(http_err, request_id, renderer_for(request))
-    except Exception:
-        log.exception(
-            "unhandled error in %s %s (request %s)", request.method, request.path, request_id
-        )
-        return error_response(InternalError("internal error"), request_id, renderer_for(request))
-    if not response.prepared:
-        response.headers["x-request-id"] = request_id
-    return response
+    log.error(
+        "unhandled error in %s %s (request %s)",
+        request.method,
+        request.path,
+        request_id,
+        exc_info=exc,
+    )
+    return error_response(InternalError("internal error"), request_id, renderer_for(request))

@@ -19,6 +19,7 @@ plus the actor's time before each upstream request and processing what came back
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import Any
 
@@ -30,11 +31,10 @@ from gateway.accounting.service import (
     Accounting,
     Principal,
     Settled,
-    Target,
     Ticket,
 )
 from gateway.accounting.usage import estimated_usage, output_cap, tokens_of_chars
-from gateway.emulation.request import emulate_tools
+from gateway.emulation.request import ToolEmulation, emulate_tools
 from gateway.errors import GatewayError, NoUpstreamAvailable
 from gateway.observability.access import RECORD, RequestRecord
 from gateway.observability.metrics import OTHER_ROUTE
@@ -42,7 +42,8 @@ from gateway.providers.base import NativeRequest
 from gateway.routing.router import Attempt
 from gateway.server.auth import PRINCIPAL
 from gateway.server.limits import SLOTS, check_chat
-from gateway.server.state import REQUEST_ID, STATE
+from gateway.server.request_body import RAW_BODY, body_bytes
+from gateway.server.state import REQUEST_ID, STATE, GatewayState
 from gateway.stream.actor import StreamActor
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.outbound import Outbound
@@ -58,14 +59,10 @@ def refuse_while_draining(request: web.Request) -> None:
         raise NoUpstreamAvailable("The gateway is shutting down", code="server_shutting_down")
 
 
-def target_of(attempt: Attempt) -> Target:
-    return Target(provider=attempt.provider.name, kind=attempt.provider.kind, model=attempt.model)
-
-
 async def prompt_estimate(request: web.Request) -> int:
     """Prompt tokens a reservation assumes: from the request body's length (already read,
     so this reads nothing)."""
-    return tokens_of_chars(len(await request.read()))
+    return tokens_of_chars(len(await body_bytes(request)))
 
 
 async def serve_chat(
@@ -81,58 +78,87 @@ async def serve_chat(
     when None), `native` the client's own request for upstreams that speak its API.
 
     A chat request is checked against `server.limits` here (the other APIs check their own
-    requests, in their terms); every request holds a concurrency slot until it ends."""
-    state = request.app[STATE]
+    requests, in their terms); every request holds a concurrency slot until it ends. (One
+    coroutine from here to the actor: every await layer costs on every request.)"""
+    app = request.app
+    state = app[STATE]
     if outbound is None:
         check_chat(chat, state.config.server.limits)
-    slots = request.app[SLOTS]
-    slot = slots.take(request[PRINCIPAL])
+    principal = request[PRINCIPAL]
+    slots = app[SLOTS]
+    slot = slots.take(principal)
     try:
-        return await _serve_in_slot(request, chat, body, outbound, native)
+        accounting = app[ACCOUNTING]
+        record = request.get(RECORD)
+        if record is not None:
+            record.model, record.stream = chat.model, bool(chat.stream)
+            record.key = key_name(principal)
+        router = state.router
+        plan = router.plan(chat.model)
+        emulation = None
+        if router.emulates_tools(chat.model):
+            chat, body, emulation = emulate_tools(chat, body)
+        request_id = request[REQUEST_ID]
+        if outbound is None:
+            options = chat.stream_options
+            outbound = ChatOutbound(bool(options and options.include_usage))
+        ticket = await accounting.admit(
+            principal,
+            model=chat.model,
+            targets=[accounting.target(a.provider, a.model) for a in plan],
+            prompt_tokens=tokens_of_chars(len(request.get(RAW_BODY) or await body_bytes(request))),
+            output_cap=output_cap(chat),
+            ticket_id=request_id,
+        )
+        if record is not None and ticket.key is not None:
+            record.key = ticket.key.name
+        on_answer = _stream_settler(accounting, ticket, record, outbound)
+        actor = _actor(request, state, chat, body, plan, outbound, native, emulation, on_answer)
+        streams = None
+        if actor.stream:
+            route = record.route if record is not None else OTHER_ROUTE
+            streams = router.metrics.active_streams_for(route)
+            streams.inc()
+        state.enter(actor)
+        started = perf_counter()
+        try:
+            response = await actor.run()
+        except BaseException as exc:
+            await _after_failure(accounting, ticket, actor, record)
+            if isinstance(exc, GatewayError) and actor.attempts:
+                exc.headers["x-gateway-attempts"] = str(actor.attempts)
+            raise
+        finally:
+            state.leave(actor)
+            if streams is not None:
+                streams.dec()
+            if record is not None:
+                _observed(record, actor, started)
+        if not ticket.done:
+            # a non-streaming answer, or a stream cut off after its commit point
+            settled = await _settle(accounting, ticket, actor, response, record=record)
+            if settled is not None and not actor.stream:
+                response.headers[COST_HEADER] = usd_text(settled.cost_nanos)
+                if settled.estimated:
+                    response.headers[ESTIMATED_HEADER] = "true"
+        return response
     finally:
         slots.give_back(slot)
 
 
-async def _serve_in_slot(
+def _actor(
     request: web.Request,
+    state: GatewayState,
     chat: ChatRequest,
     body: dict[str, Any],
-    outbound: Outbound | None,
+    plan: list[Attempt],
+    outbound: Outbound,
     native: NativeRequest | None,
-) -> web.StreamResponse:
-    state = request.app[STATE]
-    accounting = request.app[ACCOUNTING]
-    record = request.get(RECORD)
-    if record is not None:
-        record.model, record.stream = chat.model, bool(chat.stream)
-        principal = request.get(PRINCIPAL)
-        record.key = key_name(principal) if principal is not None else None
-    plan = state.router.plan(chat.model)
-    emulation = None
-    if state.router.emulates_tools(chat.model):
-        chat, body, emulation = emulate_tools(chat, body)
+    emulation: ToolEmulation | None,
+    on_answer: Callable[[StreamActor], Awaitable[None]],
+) -> StreamActor:
     request_id = request[REQUEST_ID]
-    if outbound is None:
-        options = chat.stream_options
-        outbound = ChatOutbound(bool(options and options.include_usage))
-    ticket = await accounting.admit(
-        request[PRINCIPAL],
-        model=chat.model,
-        targets=[target_of(a) for a in plan],
-        prompt_tokens=await prompt_estimate(request),
-        output_cap=output_cap(chat),
-        ticket_id=request_id,
-    )
-    if record is not None and ticket.key is not None:
-        record.key = ticket.key.name
-    chat_outbound = outbound if isinstance(outbound, ChatOutbound) else None
-
-    async def on_answer(actor: StreamActor) -> None:
-        settled = await _settle(accounting, ticket, actor, record=record)
-        if chat_outbound is not None and settled is not None:
-            chat_outbound.cost_usd = usd_text(settled.cost_nanos)
-
-    actor = StreamActor(
+    return StreamActor(
         http=request,
         pool=state.pool,
         tokens=state.tokens,
@@ -148,40 +174,21 @@ async def _serve_in_slot(
         tool_emulation=emulation,
         on_answer=on_answer,
     )
-    streams = None
-    if actor.stream:
-        route = record.route if record is not None else OTHER_ROUTE
-        streams = state.router.metrics.active_streams_for(route)
-        streams.inc()
-    state.enter(actor)
-    started = perf_counter()
-    try:
-        response = await actor.run()
-    except GatewayError as err:
-        await _after_failure(accounting, ticket, actor, record)
-        if actor.attempts:
-            err.headers["x-gateway-attempts"] = str(actor.attempts)
-        raise
-    except BaseException:
-        await _after_failure(accounting, ticket, actor, record)
-        raise
-    finally:
-        state.leave(actor)
-        if streams is not None:
-            streams.dec()
-        if record is not None:
-            _observed(record, actor, started)
-            if actor.client.too_slow:
-                # the client stopped reading: its failure, not the upstream's
-                record.failed_status, record.error = CLIENT_TOO_SLOW, "client_write_timeout"
-    if not ticket.done:
-        # a non-streaming answer, or a stream cut off after its commit point
-        settled = await _settle(accounting, ticket, actor, response, record=record)
-        if settled is not None and not actor.stream:
-            response.headers[COST_HEADER] = usd_text(settled.cost_nanos)
-            if settled.estimated:
-                response.headers[ESTIMATED_HEADER] = "true"
-    return response
+
+
+def _stream_settler(
+    accounting: Accounting, ticket: Ticket, record: RequestRecord | None, outbound: Outbound
+) -> Callable[[StreamActor], Awaitable[None]]:
+    """The actor's `on_answer`: a stream is settled once its answer is complete, and a chat
+    stream's usage chunk carries the cost."""
+    chat_outbound = outbound if isinstance(outbound, ChatOutbound) else None
+
+    async def on_answer(actor: StreamActor) -> None:
+        settled = await _settle(accounting, ticket, actor, record=record)
+        if chat_outbound is not None and settled is not None:
+            chat_outbound.cost_usd = usd_text(settled.cost_nanos)
+
+    return on_answer
 
 
 def key_name(principal: Principal) -> str | None:
@@ -192,16 +199,18 @@ def key_name(principal: Principal) -> str | None:
 
 
 def _observed(record: RequestRecord, actor: StreamActor, started: float) -> None:
-    attempt = actor.attempt
     record.attempts = actor.attempts
-    if attempt is None:
-        return
-    record.provider, record.upstream_model = attempt.provider.name, attempt.model
-    record.first_token_at = actor.first_token_at
-    record.overhead_s = started - record.received + actor.gateway_s
-    failed = actor.stream_error
-    if failed is not None:
-        record.failed_status, record.error = failed.status, failed.code or failed.type
+    attempt = actor.attempt
+    if attempt is not None:
+        record.provider, record.upstream_model = attempt.provider.name, attempt.model
+        record.first_token_at = actor.first_token_at
+        record.overhead_s = started - record.received + actor.gateway_s
+        failed = actor.stream_error
+        if failed is not None:
+            record.failed_status, record.error = failed.status, failed.code or failed.type
+    if actor.client.too_slow:
+        # the client stopped reading: its failure, not the upstream's
+        record.failed_status, record.error = CLIENT_TOO_SLOW, "client_write_timeout"
 
 
 def record_usage(record: RequestRecord | None, usage: Usage, settled: Settled) -> None:
@@ -236,9 +245,9 @@ async def _settle(
             text = body.decode("utf-8", "replace") if isinstance(body, bytes) else ""
         usage = estimated_usage(actor.accumulator, ticket.prompt_tokens, text)
         estimated = True
-    settled = await accounting.settle(
-        ticket, usage, estimated=estimated, target=target_of(actor.attempt)
-    )
+    attempt = actor.attempt
+    target = accounting.target(attempt.provider, attempt.model)
+    settled = await accounting.settle(ticket, usage, estimated=estimated, target=target)
     record_usage(record, usage, settled)
     return settled
 
