@@ -183,7 +183,7 @@ async def test_a_failing_call_fails_alone(
     db = tmp_path / "ledger.db"
     usage = rows(db, "SELECT key_id, model, nanos FROM usage ORDER BY model")
     assert usage == [("", "up/a", 100), ("", "up/b", 200), ("k1", "up/m", 50)]
-    assert rows(db, "SELECT ticket, nanos FROM reservations") == [("held", 300)]
+    assert rows(db, "SELECT ticket, nanos FROM holds") == [("held", 300)]
     assert rows(db, "SELECT window, nanos FROM key_spend") == [("total", 50)]
     assert rows(db, "SELECT id FROM vkeys") == [("k1",)]
 

@@ -31,7 +31,7 @@ KEYS = [
 ]
 TABLES = {
     "vkeys": "id, secret_hash, record",
-    "reservations": "ticket, key_id, nanos, expires_at",
+    "holds": "key_id, ticket, nanos, expires_at",
     "rate_seconds": "key_id, second, requests, tokens",
     "key_spend": "key_id, window, nanos",
     "usage": "key_id, model, nanos, requests, input_tokens, output_tokens, estimated",

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.store import sqlite_ledger
 from gateway.store.sqlite_ledger import SqliteLedger
-from tests.store.test_sqlite_group_commit import Probe, ask, charge, key
+from tests.store.test_sqlite_group_commit import NOW, Probe, ask, charge, key
 
 MAIN = threading.get_ident()
 
@@ -166,3 +166,30 @@ async def test_commits_do_not_checkpoint_the_thread_does(
         assert db.stat().st_size > size
     finally:
         await ledger.close()
+
+
+async def test_reservations_of_an_earlier_version_keep_holding(tmp_path: Path) -> None:
+    """A database made by a version with the `reservations` table: its holds move over."""
+    db = tmp_path / "ledger.db"
+    old = sqlite3.connect(db, isolation_level=None)
+    old.execute(
+        "CREATE TABLE reservations (ticket TEXT PRIMARY KEY, key_id TEXT NOT NULL,"
+        " nanos INTEGER NOT NULL, expires_at REAL NOT NULL)"
+    )
+    old.execute("INSERT INTO reservations VALUES ('t-old', 'k1', 900, ?)", (NOW + 600,))
+    old.close()
+    ledger = SqliteLedger(str(db))
+    try:
+        await ledger.create_key(key(budget_nanos=1000))
+        assert (await ledger.key_spend("k1", "total", NOW)).reserved_nanos == 900
+        assert (await ledger.admit(ask("t-new", 200))).verdict == "budget"
+        await ledger.release("k1", "t-old", 900)
+        assert (await ledger.admit(ask("t-new", 200))).verdict == "ok"
+    finally:
+        await ledger.close()
+    conn = sqlite3.connect(db)
+    try:
+        tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    finally:
+        conn.close()
+    assert "reservations" not in {row[0] for row in tables}
