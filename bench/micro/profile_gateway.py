@@ -16,7 +16,8 @@ virtual key made through the admin API, which wrk then sends), warms up, then dr
 - cprofile: the gateway runs as `python -m cProfile -o DIR/<mode>.prof -m gateway serve ...`
   without a warm-up; after wrk it is stopped with SIGTERM to its process id, so it drains
   and exits normally and the profile is written.
-It prints the wrk result, the gateway's CPU use and its CPU microseconds per request, and
+It prints the wrk result, the gateway's CPU use and its CPU microseconds per request, and the
+p50/p99 of gateway_overhead_seconds read from /metrics (interpolated in its buckets), and
 writes them to DIR/<mode>.json. Every process it starts is stopped by its id.
 py-spy is not a project dependency: `pip install py-spy` into the venv to use it.
 """
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from bench.load import GATEWAY_MODEL, UPSTREAM_MODEL, check_answer, gateway_config, request_body
@@ -153,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         run = run_wrk("gateway", url, body, args.connections, args.duration, load_prefix)
         elapsed = time.monotonic() - started
         cpu = gateway.cpu_seconds() - cpu_before
+        overhead = overhead_quantiles(f"http://127.0.0.1:{gw_port}/metrics")
         if spy is not None:
             _, err = spy.communicate(timeout=args.duration + 60)
             if spy.returncode != 0:
@@ -171,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             "gateway_cpu_us_per_request": round(cpu / run.requests * 1e6, 1)
             if run.requests
             else None,
+            # gateway_overhead_seconds over every request served (checks and warm-up too)
+            "overhead_us": overhead,
         }
         print(json.dumps(result, indent=2))
         (args.out / f"{args.mode}.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -180,6 +185,41 @@ def main(argv: list[str] | None = None) -> int:
             service.stop(grace_s=30.0)
         if args.profiler == "cprofile" and (args.out / f"{args.mode}.prof").exists():
             print(f"profile: {args.out / f'{args.mode}.prof'}", file=sys.stderr)
+
+
+def overhead_quantiles(metrics_url: str) -> dict[str, float | None]:
+    """p50 and p99 of gateway_overhead_seconds (all series summed), interpolated linearly
+    within the histogram's buckets, in microseconds; and the share at or under 100 us."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    counts: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith("gateway_overhead_seconds_bucket{"):
+            labels, value = line.rsplit(" ", 1)
+            bound = labels.split('le="', 1)[1].split('"', 1)[0]
+            le = float("inf") if bound == "+Inf" else float(bound)
+            counts[le] = counts.get(le, 0.0) + float(value)
+    bounds = sorted(counts)
+    total = counts.get(float("inf"), 0.0)
+    if not total:
+        return {"p50": None, "p99": None, "share_le_100us": None}
+
+    def quantile(q: float) -> float | None:
+        lower, below = 0.0, 0.0
+        for le in bounds:
+            if counts[le] >= q * total:
+                if le == float("inf"):
+                    return None  # beyond the last bucket
+                inside = counts[le] - below
+                return (lower + (le - lower) * (q * total - below) / inside) * 1e6
+            lower, below = le, counts[le]
+        return None
+
+    return {
+        "p50": quantile(0.5),
+        "p99": quantile(0.99),
+        "share_le_100us": round(counts.get(1e-4, 0.0) / total, 3),
+    }
 
 
 def _healthy(service: Service, url: str) -> None:
