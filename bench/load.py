@@ -1,7 +1,7 @@
 """Load benchmark: the gateway's throughput and added latency against a fake upstream.
 
     python -m bench.load [--duration S] [--connections 1,16,64] [--quick] [--direct-only] [--full]
-        [--workers N]
+        [--workers N] [--store sqlite|redis]
 
 Starts bench.fake_upstream (pinned with the load generator to one CPU) and the gateway (pinned to
 another CPU) on free loopback ports, checks that the gateway answers correctly in both modes,
@@ -19,9 +19,11 @@ See docs/benchmarks.md for how to read the numbers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -39,6 +41,7 @@ from bench.load_full import (
     create_key,
     full_config,
     metrics_report,
+    redis_argv,
 )
 from bench.load_procs import Pinning, Service, free_port, wait_healthy, wait_idle
 from bench.load_report import REPO, Cell, machine_info, render_table, write_results
@@ -68,6 +71,7 @@ class Settings:
     ready_timeout_s: float
     full: bool = False
     workers: int = 1
+    store: str = "sqlite"
 
 
 def parse_args(argv: list[str] | None) -> Settings:
@@ -88,6 +92,9 @@ def parse_args(argv: list[str] | None) -> Settings:
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     parser.add_argument(
         "--full", action="store_true", help="sqlite store, virtual key, two provider keys"
+    )
+    parser.add_argument(
+        "--store", choices=("sqlite", "redis"), default="sqlite", help="--full's store"
     )
     parser.add_argument(
         "--workers", type=int, default=1, help="gateway worker processes (not pinned when > 1)"
@@ -117,6 +124,7 @@ def parse_args(argv: list[str] | None) -> Settings:
         ready_timeout_s=args.ready_timeout,
         full=args.full,
         workers=args.workers,
+        store=args.store,
     )
 
 
@@ -219,7 +227,9 @@ class LoadBench:
             return
         gw_port = free_port()
         config = self.workdir / "gateway.yaml"
-        store = self.workdir / "gateway.db"
+        store: Path | str = self.workdir / "gateway.db"
+        if self.settings.full and self.settings.store == "redis":
+            store = self._start_redis()
         full = full_config(gw_port, up_port, store, GATEWAY_MODEL, UPSTREAM_MODEL)
         config.write_text(full if self.settings.full else gateway_config(gw_port, up_port))
         workers = self.settings.workers
@@ -244,6 +254,21 @@ class LoadBench:
             os.environ["BENCH_KEY"] = self.bearer  # bench/wrk_chat.lua sends it
             log(f"virtual key {self.key_id} created")
 
+    def _start_redis(self) -> str:
+        """--store redis: a redis-server of the run's own, beside the load generator."""
+        port = free_port()
+        try:
+            argv = redis_argv(port, self.workdir)
+        except AdminError as error:
+            raise SetupError(str(error)) from error
+        redis = self._spawn("redis", [*self.pinning.prefix(self.pinning.load_cpu), *argv])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                return f"redis://127.0.0.1:{port}/0"
+            time.sleep(0.05)
+        raise SetupError(f"redis-server did not listen on {port}\n{redis.log_tail()}")
+
     def _spawn(self, name: str, argv: list[str]) -> Service:
         service = Service(name, argv, self.workdir / f"{name}.log", cwd=REPO)
         self.services.append(service)
@@ -265,7 +290,8 @@ class LoadBench:
                 body = request_body(mode, target)
                 problem = check_answer(url, mode, body, expected, self.bearer)
                 if problem is not None:
-                    service = self.services[0 if target == "direct" else 1]
+                    name = "fake_upstream" if target == "direct" else "gateway"
+                    service = next(s for s in self.services if s.name == name)
                     raise SetupError(
                         f"{target} {mode}: wrong answer: {problem}\n"
                         f"--- {service.name} output ---\n{service.log_tail()}"

@@ -5,12 +5,14 @@ The sqlite store (in the run's temp dir), a master key, requests sent with a vir
 whose budget, rpm and tpm are far above any load this machine can make (so each request is
 admitted and settled in the store, and none is refused), a price for the model (so that each
 admission reserves budget) and a provider with two keys that routing balances between.
-Metrics are always on (`GET /metrics`).
+Metrics are always on (`GET /metrics`). `--store redis` puts the store in a redis-server of the
+run's own (Debian's, on a free loopback port, persisting nothing) instead, to see what it costs.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import urllib.request
 from pathlib import Path
 
@@ -24,12 +26,14 @@ class AdminError(Exception):
     """The admin API did not answer as expected."""
 
 
-def full_config(port: int, upstream_port: int, store: Path, model: str, upstream: str) -> str:
-    """The gateway's config for --full (see the module docstring)."""
+def full_config(port: int, upstream_port: int, store: Path | str, model: str, upstream: str) -> str:
+    """The gateway's config for --full (see the module docstring); `store` is the sqlite
+    file, or a store URL (--store redis)."""
+    url = store if isinstance(store, str) else f"sqlite:///{store}"
     return (
         f"server: {{host: 127.0.0.1, port: {port}}}\n"
         f"auth: {{master_key: {MASTER_KEY}}}\n"
-        f'store: {{url: "sqlite:///{store}"}}\n'
+        f'store: {{url: "{url}"}}\n'
         "providers:\n"
         f'  - {{name: up, kind: openai, base_url: "http://127.0.0.1:{upstream_port}/v1",'
         " keys: [{key: bench-key-a}, {key: bench-key-b}]}\n"
@@ -108,3 +112,23 @@ def metrics_report(chat_url: str, answered: int, cut_off_max: int) -> dict[str, 
     if not answered <= counted <= answered + cut_off_max or report["metrics_duplicate_series"]:
         raise AdminError(f"/metrics does not count the requests answered: {report}")
     return report
+
+
+def redis_argv(port: int, directory: Path) -> list[str]:
+    """A redis-server of the run's own, persisting nothing (--store redis)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise AdminError("redis-server is not on PATH: run tests/install_deps.sh")
+    return [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(directory),
+    ]
