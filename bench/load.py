@@ -197,7 +197,9 @@ def check_answer(url: str, mode: str, body: bytes, expected: str, bearer: str) -
 class LoadBench:
     """Owns the subprocesses of one run and measures with them."""
 
-    def __init__(self, settings: Settings, pinning: Pinning, workdir: Path) -> None:
+    def __init__(
+        self, settings: Settings, pinning: Pinning, workdir: Path, cpus_allowed: list[int]
+    ) -> None:
         self.settings = settings
         self.pinning = pinning
         self.workdir = workdir
@@ -208,6 +210,7 @@ class LoadBench:
         # every request the gateway answered that wrk or a check saw, and how many more it may
         # count (those in flight when a wrk run ended: up to its connections per run)
         self.gateway_answered = 0
+        self.cpus_allowed = cpus_allowed  # this driver's, before main() pinned it
         self.gateway_cut_off_max = 0
 
     def start(self) -> None:
@@ -236,7 +239,11 @@ class LoadBench:
         gateway = self._spawn(
             "gateway",
             [
-                *self.pinning.prefix(self.pinning.gateway_cpu if workers == 1 else None),
+                *(
+                    self.pinning.prefix(self.pinning.gateway_cpu)
+                    if workers == 1
+                    else self._every_cpu()
+                ),
                 *(sys.executable, "-m", "gateway", "serve", "--config", str(config)),
                 *("--host", "127.0.0.1", "--port", str(gw_port)),
                 *(("--workers", str(workers)) if workers > 1 else ()),
@@ -253,6 +260,13 @@ class LoadBench:
                 ) from error
             os.environ["BENCH_KEY"] = self.bearer  # bench/wrk_chat.lua sends it
             log(f"virtual key {self.key_id} created")
+
+    def _every_cpu(self) -> list[str]:
+        """--workers N: the gateway may run on every CPU this process was allowed at start
+        (this driver pinned itself to the load CPU, and children inherit that)."""
+        if self.pinning.load_cpu is None:
+            return []
+        return ["taskset", "-c", ",".join(str(cpu) for cpu in self.cpus_allowed)]
 
     def _start_redis(self) -> str:
         """--store redis: a redis-server of the run's own, beside the load generator."""
@@ -426,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC)
     log(f"pinning: {describe_pinning(pinning, settings)}")
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
-        bench = LoadBench(settings, pinning, Path(tmp))
+        bench = LoadBench(settings, pinning, Path(tmp), cpus_allowed)
         try:
             bench.start()
             verification = bench.verify()
