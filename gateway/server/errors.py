@@ -114,15 +114,14 @@ def gateway_middleware(metrics: GatewayMetrics) -> Middleware:
         try:
             response = await handler(request)
         except Exception as exc:
-            if record is not None:
-                finish(
-                    metrics,
-                    record,
-                    observe_failure(metrics, record, exc),
-                    request_id,
-                    request.method,
-                )
             rendered = error_answer(exc, request, request_id)
+            if record is not None:
+                status = observe_failure(metrics, record, exc)
+                if rendered is not None and not isinstance(exc, GatewayError | web.HTTPException):
+                    # a store error (503) or a bug (500): counted as what the client got
+                    status = rendered.status
+                    record.error = "store_unavailable" if status == 503 else "internal_error"
+                finish(metrics, record, status, request_id, request.method)
             if rendered is None:
                 raise
             return rendered

@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
+from gateway.accounting.service import ACCOUNTING
 from gateway.app import build_app
 from gateway.config import parse_config
 from gateway.observability.logs import (
@@ -23,6 +24,7 @@ from gateway.observability.logs import (
     iso_time,
     log_access_line,
 )
+from gateway.store.kv import StoreUnavailable
 from tests.upstreams.openai_upstream import FakeOpenAI
 
 SECRET = "sk-master-access-log-1"
@@ -120,3 +122,38 @@ async def test_a_client_that_leaves_is_logged_as_499(caplog: pytest.LogCaptureFi
     assert [(line["status"], line["error"], line["model"]) for line in lines] == [
         (499, "client_closed", "up/hold")
     ]
+
+
+async def test_a_store_error_is_counted_as_the_503_the_client_got(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler that meets a store error answers 503 store_unavailable; the access line says
+    so too (it used to say 500, without an error), and the request is counted once."""
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    app = build_app(parse_config(CONFIG, env={}))
+
+    async def store_down() -> list[object]:
+        raise StoreUnavailable("sqlite store: database is locked")
+
+    monkeypatch.setattr(app[ACCOUNTING].ledger, "list_keys", store_down)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as session:
+            admin = {"Authorization": f"Bearer {SECRET}"}
+            async with session.get(server.make_url("/admin/keys"), headers=admin) as response:
+                assert response.status == 503
+                assert (await response.json())["error"]["code"] == "store_unavailable"
+            async with session.get(server.make_url("/metrics")) as response:
+                metrics = await response.text()
+    finally:
+        await server.close()
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
+    assert [(line["status"], line["error"]) for line in lines] == [(503, "store_unavailable")]
+    counted = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("gateway_requests_total{") and not line.endswith(" 0.0")
+    ]
+    assert len(counted) == 1
+    assert 'status_class="5xx"' in counted[0]
