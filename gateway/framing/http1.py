@@ -148,7 +148,9 @@ class ResponseParser:
             return pos + 2
         # _TRAILERS: lines until an empty one, each read and dropped
         end = buffer.find(b"\r\n", pos)
-        if (end < 0 and len(buffer) - pos > MAX_HEAD_BYTES) or end - pos > MAX_HEAD_BYTES:
+        # a line's limit excludes its CRLF, also when a read ends between the CR and the LF
+        unfinished = len(buffer) - pos - buffer.endswith(b"\r")
+        if (end < 0 and unfinished > MAX_HEAD_BYTES) or end - pos > MAX_HEAD_BYTES:
             raise UpstreamProtocolError("malformed chunked body: line too long")
         if end < 0:
             return -1
@@ -168,7 +170,10 @@ class ResponseParser:
         size = len(buffer)
         while pos < size:
             end = find(b"\r\n", pos)
-            if (end < 0 and size - pos > MAX_CHUNK_LINE) or end - pos > MAX_CHUNK_LINE:
+            if end < 0:  # the limit excludes the CRLF, also when a read ends after the CR
+                if size - pos - buffer.endswith(b"\r") > MAX_CHUNK_LINE:
+                    raise UpstreamProtocolError("malformed chunked body: line too long")
+            elif end - pos > MAX_CHUNK_LINE:
                 raise UpstreamProtocolError("malformed chunked body: line too long")
             if end < 0:
                 self._buffer = buffer[pos:]

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import UpstreamProtocolError
-from gateway.framing.http1 import END, MAX_CHUNK_LINE, ResponseHead, ResponseParser
+from gateway.framing.http1 import END, MAX_CHUNK_LINE, MAX_HEAD_BYTES, ResponseHead, ResponseParser
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -162,3 +162,25 @@ def test_a_size_line_of_exactly_the_bound_is_accepted() -> None:
     assert events[1:] == [b"hello", END]
     with pytest.raises(UpstreamProtocolError, match="line too long"):
         ResponseParser().feed(HEAD + line + b"v\r\nhello\r\n0\r\n\r\n")
+
+
+@pytest.mark.parametrize("cut", ["whole", "before-cr", "between-cr-and-lf", "after-lf"])
+def test_lines_of_exactly_the_bound_are_accepted_however_cut(cut: str) -> None:
+    """A size line and a trailer line of exactly their bound (CRLF not counted): accepted
+    whether a read ends before, inside or after their CRLF."""
+    size_line = b"5;x=" + b"v" * (MAX_CHUNK_LINE - 4)
+    trailer = b"X-T: " + b"t" * (MAX_HEAD_BYTES - 5)
+    body = size_line + b"\r\nhello\r\n0\r\n" + trailer + b"\r\n\r\n"
+    cuts = []
+    for line in (size_line, trailer):
+        at = body.index(line) + len(line)
+        cuts.append({"whole": None, "before-cr": at, "between-cr-and-lf": at + 1}.get(cut, at + 2))
+    parser = ResponseParser()
+    events = parser.feed(HEAD)
+    start = 0
+    for at in [c for c in cuts if c is not None]:
+        events += parser.feed(body[start:at])
+        start = at
+    events += parser.feed(body[start:])
+    assert events[1:] == [b"hello", END]
+    assert parser.done
