@@ -134,6 +134,18 @@ def run_pipeline(reads: list[bytes]) -> tuple[Pipeline, list[bytes]]:
     return pipeline, writes
 
 
+def client_calls(deltas: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """The tool calls a client assembles from chat deltas: (name, parsed arguments) by index."""
+    args: dict[int, list[str]] = {}
+    names: dict[int, str] = {}
+    for delta in deltas:
+        for tc in delta.get("tool_calls", ()):
+            if "name" in tc["function"]:
+                names[tc["index"]] = tc["function"]["name"]
+            args.setdefault(tc["index"], []).append(tc["function"].get("arguments", ""))
+    return [(names[i], json.loads("".join(args[i]))) for i in sorted(args)]
+
+
 def check_client_stream(stream: Stream, written: bytes) -> list[dict[str, Any]]:
     """What a client reads must add up to the stream's content and tool calls; returns the
     client's chunks (the usage chunk is hidden: this client did not ask for it)."""
@@ -143,15 +155,7 @@ def check_client_stream(stream: Stream, written: bytes) -> list[dict[str, Any]]:
     assert all(len(c["choices"]) == 1 for c in chunks)
     deltas = [c["choices"][0]["delta"] for c in chunks]
     assert "".join(d.get("content") or "" for d in deltas) == stream.content
-    args: dict[int, list[str]] = {}
-    names: dict[int, str] = {}
-    for delta in deltas:
-        for tc in delta.get("tool_calls", ()):
-            if "name" in tc["function"]:
-                names[tc["index"]] = tc["function"]["name"]
-            args.setdefault(tc["index"], []).append(tc["function"].get("arguments", ""))
-    calls = [(names[i], json.loads("".join(args[i]))) for i in sorted(args)]
-    assert calls == stream.calls
+    assert client_calls(deltas) == stream.calls
     finishes = [c["choices"][0]["finish_reason"] for c in chunks]
     assert [f for f in finishes if f] == ["tool_calls"]
     return chunks

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench.micro.test_hot_path import PerEvent, decode_all
+from bench.micro.test_hot_path import PerEvent, client_calls, decode_all
 from gateway.framing.sse import SSEDecoder
 from gateway.providers.anthropic import AnthropicStreamTranslator
 from gateway.stream.accumulator import StreamAccumulator
@@ -47,16 +47,9 @@ def test_pipeline_translated_anthropic(benchmark: Any, per_event: PerEvent) -> N
     assert events[-1].data == b"[DONE]"
     chunks = [json.loads(e.data) for e in events[:-1]]
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
-    args: dict[int, list[str]] = {}
-    names: dict[int, str] = {}
-    for delta in deltas:
-        for tc in delta.get("tool_calls", ()):
-            if "name" in tc["function"]:
-                names[tc["index"]] = tc["function"]["name"]
-            args.setdefault(tc["index"], []).append(tc["function"].get("arguments", ""))
-    assert sorted(names) == [0, 1]  # two calls, counted per stream from 0
-    for index in names:
-        assert isinstance(json.loads("".join(args[index])), dict)
+    calls = client_calls(deltas)  # by index: two calls, counted per stream from 0
+    assert [name for name, _ in calls] == ["test_tool", "test_tool"]
+    assert all(isinstance(arguments, dict) for _, arguments in calls)
     assert "".join(d.get("content") or "" for d in deltas)  # the text before the calls
     finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
     assert [f for f in finishes if f] == ["tool_calls"]
