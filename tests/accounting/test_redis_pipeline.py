@@ -59,3 +59,6 @@ async def test_scripts_lost_by_the_server_are_loaded_again(ledger: RedisLedger) 
     assert answers[0].verdict == "ok"
     spent = await ledger.key_spend("key_1", "total", NOW)
     assert (spent.total_nanos, spent.reserved_nanos) == (60, 100)
+    await ledger._client.script_flush()
+    assert (await ledger.admit(ask("t3", reserve=100))).verdict == "ok"  # a call alone
+    assert (await ledger.key_spend("key_1", "total", NOW)).reserved_nanos == 200
