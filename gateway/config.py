@@ -82,6 +82,8 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fro
     commit_after_s: float = 5.0  # commit (send headers) after this long without content
     keepalive_s: float = 15.0  # `: keep-alive` comment interval on a silent committed stream
     client_write_timeout_s: float = 30.0  # a client that reads nothing this long is cut off
+    client_header_timeout_s: float = 10.0  # a request head (line and headers) must arrive within
+    client_body_timeout_s: float = 60.0  # a request body must arrive within, once its head has
     limits: LimitsConfig = LimitsConfig()
 
 
@@ -174,6 +176,9 @@ class ProviderConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, f
     project: str | None = None  # vertex
     api_version: str | None = None  # azure
     mock: MockOptions | None = None  # mock
+    # client image/file URLs other than http(s) and data: (gs://, s3://...) are read with the
+    # gateway's cloud identity: refused unless the operator allows them for this provider
+    allow_storage_uris: bool = False
 
 
 class Price(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
