@@ -86,6 +86,7 @@ class Accounting:
         self._overrides = {
             m.name: ModelPrice.of(m.price) for m in self.config.models if m.price is not None
         }
+        self._pair_prices = _pair_prices(self.config)
         self._hold_s = self.config.routing.deadline_s + HOLD_MARGIN_S
         self._unpriced: set[str] = set()  # models already logged as having no price
         # a client sends its key on every request: hash it once (bounded; cleared when full)
@@ -152,11 +153,15 @@ class Accounting:
         ticket = Ticket(model, prompt_tokens)
         if not principal.secret_hash:
             return ticket
-        reserve = 0
+        reserve, priced = 0, True
         for target in targets:
             price = self.price(model, target)
-            if price is not None:
+            if price is None:
+                priced = False
+            else:
                 reserve = max(reserve, most_cost_nanos(prompt_tokens, output_cap, price))
+        if not priced and principal.static is not None and _metered(principal.static):
+            raise _not_priced(model)  # known before the store call: no window entry made
         now = time.time()
         admitted = await self.ledger.admit(
             Admission(
@@ -196,6 +201,11 @@ class Accounting:
             )
         ticket.key, ticket.id = record, ticket_id
         ticket.window, ticket.reserved_nanos = admitted.window, admitted.reserved_nanos
+        if not priced and _metered(record):
+            # A stored key's limits are only known once the store answered: give the
+            # reservation back (the request still counts toward its rpm window).
+            await self.release(ticket)
+            raise _not_priced(model)
         return ticket
 
     # --- after the upstream --------------------------------------------------------------
@@ -206,6 +216,10 @@ class Accounting:
         override = self._overrides.get(model)
         if override is not None:
             return override
+        if self._pair_prices:
+            paired = self._pair_prices.get((target.provider, target.model))
+            if paired is not None:
+                return paired
         found = self.prices.lookup(target.model, target.kind)
         if found is None and target.model not in self._unpriced:
             self._unpriced.add(target.model)
@@ -254,6 +268,38 @@ class Accounting:
             await self.ledger.release(ticket.key.id, ticket.id, ticket.reserved_nanos)
         except StoreError as exc:
             log.warning("reservation of request %s not released (it expires): %s", ticket.id, exc)
+
+
+def _pair_prices(config: Config) -> dict[tuple[str, str], ModelPrice]:
+    """The configured price of each (provider, upstream model) pair that a priced model
+    targets, for requests that address the pair directly (`provider/model`) or through a
+    model without a price of its own; a pair that two models price differently takes the
+    dearer price (a client chooses its spelling: it must not choose the cheaper one)."""
+    pairs: dict[tuple[str, str], ModelPrice] = {}
+    for model in config.models:
+        if model.price is None:
+            continue
+        price = ModelPrice.of(model.price)
+        for target in model.targets:
+            pair = (target.provider, target.model)
+            known = pairs.get(pair)
+            if known is None or (price.output, price.input) > (known.output, known.input):
+                pairs[pair] = price
+    return pairs
+
+
+def _metered(record: KeyRecord) -> bool:
+    """A key whose limits are counted in money or tokens: only priced models may run on it."""
+    return record.budget_nanos is not None or record.tpm is not None
+
+
+def _not_priced(model: str) -> PermissionDenied:
+    return PermissionDenied(
+        f"The model '{model}' has no price, and this key has a budget or a token limit: "
+        "it may only use priced models (an operator sets models[].price)",
+        param="model",
+        code="model_not_priced",
+    )
 
 
 def _refuse_dead_key(record: KeyRecord, now: float) -> None:

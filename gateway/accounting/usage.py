@@ -22,11 +22,17 @@ def tokens_of_chars(chars: int) -> int:
 
 
 def output_cap(chat: ChatRequest) -> int:
-    """The most output tokens the request allows, or DEFAULT_OUTPUT_CAP when it sets none."""
+    """The most output tokens the request allows: its max tokens (DEFAULT_OUTPUT_CAP when it
+    sets none) for each of its `n` choices, since every choice is billed."""
+    cap = DEFAULT_OUTPUT_CAP
     for value in (chat.max_completion_tokens, chat.max_tokens):
         if isinstance(value, int) and value > 0:
-            return value
-    return DEFAULT_OUTPUT_CAP
+            cap = value
+            break
+    n = chat.n
+    if isinstance(n, int) and n > 1:
+        return cap * n
+    return cap
 
 
 def streamed_chars(acc: StreamAccumulator) -> int:

@@ -81,6 +81,9 @@ class StoredResponse(Struct, gc=False):
     id: str
     input: list[dict[str, Any]]  # the whole conversation before this turn's output
     output: list[dict[str, Any]]
+    # who created it (`owner_of` the caller): only the same caller may continue it; a
+    # record without one (stored before owners were kept) is no one's
+    owner: str = ""
 
 
 stored_encoder = msgspec.json.Encoder()

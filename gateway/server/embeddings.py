@@ -29,7 +29,7 @@ from aiohttp import web
 from msgspec import UNSET
 
 from gateway.accounting.prices import usd_text
-from gateway.accounting.service import ACCOUNTING, Target
+from gateway.accounting.service import ACCOUNTING, Accounting, Principal, Target
 from gateway.embeddings.base import (
     EmbeddingsCall,
     EmbeddingsProvider,
@@ -64,6 +64,7 @@ from gateway.server.inference import (
     record_usage,
     refuse_while_draining,
 )
+from gateway.server.limits import SLOTS
 from gateway.server.request_body import read_json_object, typed
 from gateway.server.state import REQUEST_ID, STATE, GatewayState
 from gateway.stream.http_client import UpstreamResponse
@@ -107,7 +108,7 @@ async def embeddings(request: web.Request) -> web.Response:
         record.model, record.key = parsed.model, key_name(principal)
     inputs = parse_input(parsed.input)
     accounting = request.app[ACCOUNTING]
-    kinds = {p.name: p.kind for p in state.config.providers}
+    kinds: dict[str, str] = {p.name: p.kind for p in state.config.providers}
     targets = [
         Target(provider=t.provider, kind=kinds.get(t.provider, ""), model=t.model)
         for t in state.router.targets(parsed.model)
@@ -121,13 +122,31 @@ async def embeddings(request: web.Request) -> web.Response:
         base64=wants_base64(parsed),
         model=parsed.model,
     )
+    slots = request.app[SLOTS]
+    slot = slots.take(principal)  # an embeddings call holds the operator's key like a chat
+    try:
+        return await _serve(request, accounting, principal, run, parsed.model, targets, kinds)
+    finally:
+        slots.give_back(slot)
+
+
+async def _serve(
+    request: web.Request,
+    accounting: Accounting,
+    principal: Principal,
+    run: EmbeddingsRun,
+    model: str,
+    targets: list[Target],
+    kinds: dict[str, str],
+) -> web.Response:
+    state, record = request.app[STATE], request.get(RECORD)
     ticket = await accounting.admit(
         principal,
-        model=parsed.model,
+        model=model,
         targets=targets,
         prompt_tokens=await prompt_estimate(request),
         output_cap=0,
-        ticket_id=request[REQUEST_ID],
+        ticket_id=state.new_request_id(),  # minted: never the client's x-request-id
     )
     if record is not None and ticket.key is not None:
         record.key = ticket.key.name

@@ -72,10 +72,13 @@ async def serve_chat(
     *,
     outbound: Outbound | None = None,
     native: NativeRequest | None = None,
+    history_chars: int = 0,
 ) -> web.StreamResponse:
     """Plan the attempts for `chat.model` and run the actor; `body` is the canonical request
     as JSON (what an OpenAI-compatible upstream is sent), `outbound` the client's API (chat
-    when None), `native` the client's own request for upstreams that speak its API.
+    when None), `native` the client's own request for upstreams that speak its API,
+    `history_chars` the size of stored history the upstream is sent besides the body (a
+    Responses `previous_response_id`): the reservation's prompt estimate counts both.
 
     A chat request is checked against `server.limits` here (the other APIs check their own
     requests, in their terms); every request holds a concurrency slot until it ends. (One
@@ -98,7 +101,6 @@ async def serve_chat(
         emulation = None
         if router.emulates_tools(chat.model):
             chat, body, emulation = emulate_tools(chat, body)
-        request_id = request[REQUEST_ID]
         if outbound is None:
             options = chat.stream_options
             outbound = ChatOutbound(bool(options and options.include_usage))
@@ -106,9 +108,14 @@ async def serve_chat(
             principal,
             model=chat.model,
             targets=[accounting.target(a.provider, a.model) for a in plan],
-            prompt_tokens=tokens_of_chars(len(request.get(RAW_BODY) or await body_bytes(request))),
+            prompt_tokens=tokens_of_chars(
+                len(request.get(RAW_BODY) or await body_bytes(request)) + history_chars
+            ),
             output_cap=output_cap(chat),
-            ticket_id=request_id,
+            # the store's identity of this request is minted here, never the client's
+            # x-request-id: a reused id must not merge two requests' window entries or
+            # reservations
+            ticket_id=state.new_request_id(),
         )
         if record is not None and ticket.key is not None:
             record.key = ticket.key.name

@@ -29,7 +29,6 @@ from gateway.errors import (
     BadRequest,
     GatewayError,
     NoUpstreamAvailable,
-    PermissionDenied,
     UnknownModel,
     UpstreamError,
     UpstreamProtocolError,
@@ -43,9 +42,10 @@ from gateway.inbound.messages_request import (
 )
 from gateway.providers.base import NativeRequest, UpstreamCall, hide_credentials
 from gateway.providers.registry import ADAPTERS
+from gateway.routing.router import Attempt
 from gateway.server.auth import PRINCIPAL, authenticate
-from gateway.server.inference import refuse_while_draining, serve_chat
-from gateway.server.limits import check_messages
+from gateway.server.inference import prompt_estimate, refuse_while_draining, serve_chat
+from gateway.server.limits import SLOTS, check_messages
 from gateway.server.request_body import read_json_object, typed
 from gateway.server.state import REQUEST_ID, STATE, GatewayState
 from gateway.stream.outcome import final_error
@@ -137,13 +137,15 @@ async def messages(request: web.Request) -> web.StreamResponse:
 
 async def count_tokens(request: web.Request) -> web.Response:
     """Forwarded to the model's first planned target when it is an `anthropic` provider;
-    anything else is a 501 rather than an estimate that looks like a count."""
+    anything else is a 501 rather than an estimate that looks like a count.
+
+    It calls the operator's key upstream, so it is limited like inference: it holds a
+    concurrency slot and is admitted (the key's models, rpm, budget) with a reservation of
+    its prompt, released when it ends, since a count bills no tokens."""
     params = await _read_request(request)
-    key = await request.app[ACCOUNTING].key_of(request[PRINCIPAL])
-    if key is not None and key.models is not None and params.model not in key.models:
-        raise PermissionDenied(f"This key may not use the model '{params.model}'", param="model")
     chat, body = translate_request(params, count_only=True)
-    state = request.app[STATE]
+    app = request.app
+    state, accounting, principal = app[STATE], app[ACCOUNTING], request[PRINCIPAL]
     plan = state.router.plan(params.model)
     if not plan:
         raise NoUpstreamAvailable("no upstream target could be tried for this model")
@@ -154,6 +156,32 @@ async def count_tokens(request: web.Request) -> web.Response:
             f"'{params.model}' is served by provider '{attempt.provider.name}' of kind "
             f"'{attempt.provider.kind}', whose tokens the gateway cannot count"
         )
+    slots = app[SLOTS]
+    slot = slots.take(principal)
+    try:
+        ticket = await accounting.admit(
+            principal,
+            model=params.model,
+            targets=[accounting.target(a.provider, a.model) for a in plan],
+            prompt_tokens=await prompt_estimate(request),
+            output_cap=0,
+            ticket_id=state.new_request_id(),
+        )
+        try:
+            return await _count(request, state, attempt, chat, body)
+        finally:
+            await accounting.release(ticket)
+    finally:
+        slots.give_back(slot)
+
+
+async def _count(
+    request: web.Request,
+    state: GatewayState,
+    attempt: Attempt,
+    chat: ChatRequest,
+    body: dict[str, Any],
+) -> web.Response:
     call = UpstreamCall(
         request=chat,
         body=body,

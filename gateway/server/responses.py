@@ -7,10 +7,15 @@ into `input`. A response that completes (or ends incomplete) is stored in the ke
 store under `resp:<id>` for `store.responses_ttl_s`, unless the request says `store: false`,
 before its last event (or its body) reaches the client: a client that continues at once
 finds it. A store that does not answer then costs the continuation, not the answer (logged).
+
+A stored response belongs to its creator (`owner_of`): any other key, the master key
+included, is told it does not exist. Continuing one sends its whole history upstream, so the
+reservation's prompt estimate counts the stored record's size besides the request body.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import secrets
 import time
@@ -18,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.accounting.service import Principal
 from gateway.errors import NotFound
 from gateway.inbound.responses_events import response_template
 from gateway.inbound.responses_outbound import ResponsesOutbound
@@ -47,26 +53,36 @@ class PreviousResponseNotFound(NotFound):
     code = "previous_response_not_found"
 
 
-async def _previous(kv: KeyValueStore, response_id: str) -> StoredResponse:
+def owner_of(principal: Principal) -> str:
+    """Who a stored response belongs to: the master key, or the caller's key (by the hash of
+    its secret; on an open gateway, anyone sending no key is one caller)."""
+    return f"{principal.kind}:{principal.secret_hash}"
+
+
+async def _previous(kv: KeyValueStore, response_id: str, owner: str) -> tuple[StoredResponse, int]:
+    """The stored response `response_id` and its size in bytes (what continuing it sends
+    upstream besides the request's own body). Another caller's response is answered as an
+    unknown id: holding an id is not enough to read a conversation, nor to learn it exists."""
     raw = await kv.get(stored_key(response_id))
-    if raw is None:
+    stored = stored_decoder.decode(raw) if raw is not None else None
+    if stored is None or not hmac.compare_digest(stored.owner, owner):
         raise PreviousResponseNotFound(
             f"Previous response with id '{response_id}' not found.",
             param="previous_response_id",
         )
-    return stored_decoder.decode(raw)
+    return stored, len(raw or b"")
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    authenticate(request)
+    owner = owner_of(authenticate(request))
     refuse_while_draining(request)
     body = await read_json_object(request)
     parsed = typed(body, ResponsesRequest)
     check_responses(body, state.config.server.limits)
-    stored = None
+    stored, history_chars = None, 0
     if isinstance(parsed.previous_response_id, str):
-        stored = await _previous(state.kv, parsed.previous_response_id)
+        stored, history_chars = await _previous(state.kv, parsed.previous_response_id, owner)
     history = [*stored.input, *stored.output] if stored is not None else []
     chat, chat_body = to_chat(parsed, body, history)
     items = input_items(parsed)
@@ -82,7 +98,9 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     )
 
     async def store(finished: Finished) -> None:
-        record = StoredResponse(id=finished.id, input=[*history, *items], output=finished.output)
+        record = StoredResponse(
+            id=finished.id, input=[*history, *items], output=finished.output, owner=owner
+        )
         try:
             await state.kv.put(
                 stored_key(finished.id),
@@ -102,4 +120,5 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         chat_body,
         outbound=outbound,
         native=NativeRequest(api="responses", body=native_body),
+        history_chars=history_chars,
     )

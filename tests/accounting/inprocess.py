@@ -38,6 +38,7 @@ models:
   - {{name: priced, targets: [{{provider: up, model: text}}], price: {price}}}
   - {{name: slow, targets: [{{provider: up, model: slow}}], price: {price}}}
   - {{name: other, targets: [{{provider: up, model: text}}], price: {price}}}
+  - {{name: failing, targets: [{{provider: up, model: fail-400}}], price: {price}}}
 keys:
   - {{name: ci, key: {STATIC}, budget_usd: 1, rpm: 2, models: [priced]}}
 """

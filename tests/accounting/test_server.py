@@ -237,7 +237,7 @@ async def test_a_stream_cut_off_by_the_client_is_charged_an_estimate() -> None:
 async def test_failed_request_releases_its_reservation(path: str) -> None:
     async with accounting_gateway() as (server, _), aiohttp.ClientSession() as s:
         key = await new_key(s, server, budget_usd=1)
-        body: dict[str, Any] = {"model": "up/fail-400"}
+        body: dict[str, Any] = {"model": "failing"}  # priced: its reservation is not 0
         body |= (
             {"messages": [{"role": "user", "content": "hi"}]} if "chat" in path else {"input": "hi"}
         )
