@@ -8,13 +8,23 @@ Kept short for `make test` (`FUZZ_EXAMPLES`, see strategies.py); `make fuzz` run
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, TracebackType
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import gateway
+from gateway.framing.sse import SSEDecoder
+from gateway.inbound.messages_request import translate_request
 from gateway.providers.registry import make_adapter
+from gateway.server.request_body import typed
+from gateway.wire.anthropic import InboundRequest
 from tests.fixtures import REPO_ROOT
 from tests.fuzz import seeds
 from tests.fuzz.contract import json_value
@@ -28,7 +38,7 @@ from tests.fuzz.strategies import (
     reframed,
     to_json,
 )
-from tests.fuzz.targets import TARGETS, corpus
+from tests.fuzz.targets import TARGETS, WHOLE_INPUT, Target, _huge_prelude, corpus
 from tests.fuzz.targets_providers import (
     PROVIDERS,
     STREAM_DIALECTS,
@@ -131,8 +141,190 @@ def test_every_target_has_a_harness() -> None:
     assert harnesses == set(TARGETS)
 
 
-def test_every_target_takes_its_seeds() -> None:
-    """The seeds themselves pass (a target that refused them would fuzz nothing)."""
-    for name in NAMES:
-        for seed in corpus(name):
-            TARGETS[name](seed)
+# --- the seeds -------------------------------------------------------------------------
+#
+# A target returns None whatever it is fed: it takes the documented error of the code under
+# test (a FramingError, an UpstreamError, a 400) as a verdict and returns. So calling it on
+# its seeds proves nothing by itself: a seed the code refuses at its first byte passes, and
+# so does an empty corpus, while the fuzzers then mutate nothing but an error path. Each
+# seed is therefore run under a trace that sees every exception the code under test
+# (`gateway/`) raised and the harness caught, and counts the calls into `gateway/`.
+
+_GATEWAY = str(Path(gateway.__file__).parent)
+_HARNESS = str(Path(__file__).parent)
+
+# Seeds that are in the corpus for the error path: the target must refuse them (with the
+# raise site named here) and every other seed of the target must be taken whole.
+_ERROR_PAYLOADS: dict[str, tuple[set[bytes], str]] = {
+    "anthropic": (
+        {seeds._read("anthropic_error_event.sse")},
+        "AnthropicStreamTranslator.feed",  # the recorded `event: error`
+    ),
+    "ollama": (
+        {seeds._read("ollama_stream_error.ndjson")},
+        "OllamaStreamTranslator.feed",  # the recorded `{"error": ...}` line
+    ),
+    "aws_eventstream": ({_huge_prelude()}, "EventStreamDecoder._fail"),  # a 4 GiB frame
+}
+# Refusals that are a target's side check, not a verdict on the seed: the embeddings target
+# also tries each upstream answer as a client's `input`, which an answer object never is.
+_SIDE_CHECKS: dict[str, set[str]] = {"embeddings": {"parse_input"}}
+
+
+@dataclass
+class SeedRun:
+    """What one call of a target did in the code under test."""
+
+    calls: int = 0  # frames of gateway/ code entered
+    refused: set[str] = field(default_factory=set)  # raise sites the harness caught
+
+
+def _raise_site(tb: TracebackType | None) -> str | None:
+    """The function an exception was raised in, when that is gateway/ code."""
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    return code.co_qualname if code.co_filename.startswith(_GATEWAY) else None
+
+
+def run_traced(target: Target, data: bytes) -> SeedRun:
+    """`target(data)`, recording its calls into gateway/ and the gateway/ exceptions that
+    reached a frame of the harness (tests/fuzz): those are the refusals it took as its
+    verdict. What the target raises escapes."""
+    run = SeedRun()
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "exception":
+            site = _raise_site(arg[2])
+            if site is not None:
+                run.refused.add(site)
+        return local
+
+    def calls(frame: FrameType, event: str, arg: Any) -> Any:
+        filename = frame.f_code.co_filename
+        if filename.startswith(_GATEWAY):
+            run.calls += 1
+            return None
+        return local if filename.startswith(_HARNESS) else None
+
+    previous = sys.gettrace()
+    sys.settrace(calls)
+    try:
+        target(data)
+    finally:
+        sys.settrace(previous)
+    return run
+
+
+def check_seeds(
+    name: str,
+    target: Target,
+    inputs: Sequence[bytes],
+    refused_on_purpose: Callable[[bytes], bool] = lambda _: False,
+    refusal_site: str | None = None,
+    side_checks: set[str] | frozenset[str] = frozenset(),
+) -> list[SeedRun]:
+    """Every seed runs the code under test and is taken whole, except the seeds put in for
+    the error path, which must be refused where `refusal_site` says. AssertionError names
+    the first seed that does otherwise."""
+    assert inputs, f"{name}: the corpus is empty, the fuzzers would mutate nothing"
+    runs = []
+    for i, seed in enumerate(inputs):
+        where = f"{name} seed {i} ({seed[:40]!r}...)"
+        try:
+            run = run_traced(target, seed)
+        except Exception as exc:
+            raise AssertionError(f"{where} raised {exc!r}") from exc
+        assert run.calls > 0, f"{where} never reached the code under test"
+        verdicts = run.refused - side_checks
+        if refused_on_purpose(seed):
+            assert verdicts == {refusal_site}, f"{where} is an error seed, refused at {verdicts}"
+        else:
+            assert not verdicts, f"{where} was refused (raised in {sorted(verdicts)})"
+        runs.append(run)
+    assert any(not (r.refused - side_checks) for r in runs), f"{name}: every seed refused"
+    return runs
+
+
+def _is_error_seed(name: str) -> Callable[[bytes], bool]:
+    payloads = _ERROR_PAYLOADS.get(name, (set(), ""))[0]
+    if name in WHOLE_INPUT:
+        return lambda seed: seed in payloads
+    return lambda seed: seed[1:] in payloads  # behind its cut byte
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_target_takes_its_seeds(name: str) -> None:
+    """The seeds reach the code under test and are taken whole (a target whose code refused
+    them would fuzz nothing but its error path); the error seeds are refused where meant."""
+    runs = check_seeds(
+        name,
+        TARGETS[name],
+        corpus(name),
+        _is_error_seed(name),
+        _ERROR_PAYLOADS.get(name, (set(), None))[1],
+        _SIDE_CHECKS.get(name, set()),
+    )
+    refused = sum(bool(r.refused - _SIDE_CHECKS.get(name, set())) for r in runs)
+    print(f"{name}: {len(runs)} seeds, {refused} on the error path")
+
+
+def test_error_seeds_are_in_the_corpus() -> None:
+    """The error seeds named above exist (else their targets' check would not see them)."""
+    for name, (payloads, _) in _ERROR_PAYLOADS.items():
+        assert any(_is_error_seed(name)(seed) for seed in corpus(name)), name
+        assert all(payloads), name
+
+
+# --- the check itself fails where it must --------------------------------------------------
+
+
+def _sse_seeds() -> list[bytes]:
+    return corpus("sse")[:4]
+
+
+def test_seed_check_fails_on_a_target_that_raises() -> None:
+    def broken(data: bytes) -> None:
+        TARGETS["sse"](data)
+        if data[:1] == b"\x07":
+            raise KeyError("a finding")
+
+    with pytest.raises(AssertionError, match=r"sse seed 2 .* raised KeyError"):
+        check_seeds("sse", broken, _sse_seeds())
+
+
+def test_seed_check_fails_on_an_empty_corpus() -> None:
+    with pytest.raises(AssertionError, match="the corpus is empty"):
+        check_seeds("sse", TARGETS["sse"], [])
+
+
+def test_seed_check_fails_on_a_target_that_calls_nothing() -> None:
+    with pytest.raises(AssertionError, match="never reached the code under test"):
+        check_seeds("sse", lambda data: None, _sse_seeds())
+
+
+def test_seed_check_fails_when_the_code_refuses_every_seed() -> None:
+    """A target that takes the code's 400 as its verdict, on every seed, passes when merely
+    called; the check sees the refusal."""
+
+    def refusing(data: bytes) -> None:
+        try:
+            translate_request(typed({"model": 1}, InboundRequest))
+        except Exception:
+            return
+
+    with pytest.raises(AssertionError, match="was refused"):
+        check_seeds("messages_request", refusing, seeds.MESSAGES_REQUESTS)
+
+
+def test_seed_check_fails_when_an_error_seed_is_taken() -> None:
+    """An error seed the code no longer refuses (a decoder that stopped enforcing its bound)
+    fails too."""
+
+    def lenient(data: bytes) -> None:
+        SSEDecoder().feed(data)
+
+    with pytest.raises(AssertionError, match="is an error seed"):
+        check_seeds("sse", lenient, [b"data: x\n\n"], lambda _: True, "EventStreamDecoder._fail")
