@@ -1,8 +1,10 @@
 """The budget race: 200 requests at concurrency 32 against one key with a small budget,
-spread over two gateways (Applications) sharing one store, as two workers or two replicas
-do: on sqlite (one file) and on a real redis-server. The settled spend may exceed the
-budget by at most one request's reservation (by nothing, when every request sets its max
-tokens, as these do)."""
+spread over two gateways sharing one store, as two workers or two replicas do: two
+Applications in the test's loop on sqlite (one file) and on a real redis-server, and two real
+`python -m gateway serve` processes on one sqlite file (`sqlite-processes`: two processes
+contend for the file's write lock, which two Applications on one loop barely do). The
+settled spend may exceed the budget by at most one request's reservation (by nothing, when
+every request sets its max tokens, as these do)."""
 
 from __future__ import annotations
 
@@ -18,11 +20,13 @@ import pytest
 
 from tests.accounting.inprocess import (
     INPUT,
+    MASTER,
     OUTPUT,
     accounting_gateway,
     bearer,
-    new_key,
+    config_text,
 )
+from tests.e2e.conftest import start_gateway, stop_gateway
 from tests.redis_server import RedisServer
 from tests.upstreams.openai_upstream import FakeOpenAI
 
@@ -49,9 +53,31 @@ def reserve_usd(payload: dict[str, Any]) -> Decimal:
     return (prompt * INPUT + MAX_TOKENS * OUTPUT) / Decimal(10**6)
 
 
-@pytest.mark.parametrize("store", ["sqlite", "redis"])
+async def _in_process(stack: AsyncExitStack, url: str, fake: FakeOpenAI) -> list[str]:
+    """Two Applications on `url`, in this loop: their base URLs."""
+    urls = []
+    for _ in range(2):
+        server, _ = await stack.enter_async_context(accounting_gateway(url, fake=fake))
+        urls.append(str(server.make_url("")).rstrip("/"))
+    return urls
+
+
+def _processes(stack: AsyncExitStack, url: str, fake: FakeOpenAI, tmp: Path) -> list[str]:
+    """Two gateway processes on `url` with the same config: their base URLs; each stopped
+    (by its own PID) when the stack closes."""
+    urls = []
+    for name in ("first", "second"):
+        folder = tmp / name
+        folder.mkdir()
+        gateway = start_gateway(config_text(fake.base_url, url), folder)
+        stack.callback(stop_gateway, gateway)
+        urls.append(gateway.url)
+    return urls
+
+
+@pytest.mark.parametrize("store", ["sqlite", "redis", "sqlite-processes"])
 async def test_budget_race(store: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    if store == "sqlite":
+    if store.startswith("sqlite"):
         url = f"sqlite:///{tmp_path}/race.db"
     else:
         server: RedisServer = request.getfixturevalue("redis_server")
@@ -59,12 +85,20 @@ async def test_budget_race(store: str, tmp_path: Path, request: pytest.FixtureRe
     fake = FakeOpenAI().start()
     try:
         async with AsyncExitStack() as stack:
-            first, _ = await stack.enter_async_context(accounting_gateway(url, fake=fake))
-            second, _ = await stack.enter_async_context(accounting_gateway(url, fake=fake))
+            if store == "sqlite-processes":
+                first, second = _processes(stack, url, fake, tmp_path)
+            else:
+                first, second = await _in_process(stack, url, fake)
             session = await stack.enter_async_context(
                 aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CONCURRENCY * 2))
             )
-            key = await new_key(session, first, budget_usd=float(BUDGET_USD))
+            async with session.post(
+                first + "/admin/keys",
+                json={"name": "race", "budget_usd": float(BUDGET_USD)},
+                headers=bearer(MASTER),
+            ) as r:
+                assert r.status == 201, await r.text()
+                key = await r.json()
             slots = asyncio.Semaphore(CONCURRENCY)
             statuses: list[int] = []
 
@@ -73,7 +107,7 @@ async def test_budget_race(store: str, tmp_path: Path, request: pytest.FixtureRe
                 async with (
                     slots,
                     session.post(
-                        gateway.make_url("/v1/chat/completions"),
+                        gateway + "/v1/chat/completions",
                         json=body(i),
                         headers=bearer(key["key"]),
                     ) as r,
@@ -83,8 +117,7 @@ async def test_budget_race(store: str, tmp_path: Path, request: pytest.FixtureRe
 
             await asyncio.gather(*(one(i) for i in range(REQUESTS)))
             async with session.get(
-                second.make_url(f"/admin/keys/{key['id']}"),
-                headers=bearer("sk-master-acct-1"),
+                second + f"/admin/keys/{key['id']}", headers=bearer(MASTER)
             ) as r:
                 view = await r.json()
     finally:
