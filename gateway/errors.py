@@ -7,6 +7,7 @@
     │   ├── PermissionDenied       403 the key may not use this model
     │   ├── NotFound               404 unknown model or route
     │   ├── MethodNotAllowed       405
+    │   ├── RequestTimeout         408 the request head or body arrived too slowly
     │   ├── BodyTooLarge           413 over server.max_body_bytes
     │   └── RateLimited            429 rpm/tpm or budget (code budget_exceeded)
     ├── UpstreamError            one upstream attempt failed; `retryable` says whether another
@@ -80,6 +81,11 @@ class UnknownModel(NotFound):
 class MethodNotAllowed(ClientError):
     status = 405
     code = "method_not_allowed"
+
+
+class RequestTimeout(ClientError):
+    status = 408
+    code = "request_timeout"
 
 
 class BodyTooLarge(ClientError):

@@ -5,18 +5,28 @@ taken from the request's stream as it is, without aiohttp's `read()` loop, which
 several microseconds a request; either way the bytes are kept on the request (`RAW_BODY`),
 and `body_bytes` is how later code gets them (`request.read()` after a body taken so would
 answer b"").
+
+A body still arriving is read within the connection's body deadline
+(`server.client_body_timeout_s` from its head, kept by `GatewayRequestHandler`): past it the
+client gets a 408 `request_timeout` (in its API's error shape) and the connection is closed
+after that answer, so a client trickling its body holds neither a connection nor a handler
+for longer than the deadline. A body that has all arrived is taken as before, with no timer.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
 
-from gateway.errors import BadRequest
+from gateway.errors import BadRequest, RequestTimeout
+from gateway.server.limits import GatewayRequestHandler
 
+log = logging.getLogger("gateway.server")
 T = TypeVar("T")
 RAW_BODY = web.RequestKey("raw_body", bytes)
 _json = msgspec.json.Decoder()
@@ -29,7 +39,7 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
     try:
         raw = _received_body(request)
         if raw is None:
-            raw = await request.read()
+            raw = await _read_in_time(request)
     except web.RequestPayloadError as exc:
         # a body the client compressed (Content-Encoding) or chunked wrongly; aiohttp's
         # message ends with the reason ("Can not decode content-encoding: gzip")
@@ -54,8 +64,33 @@ async def body_bytes(request: web.Request) -> bytes:
     """The request's body, read once (by `read_json_object` or here)."""
     raw = request.get(RAW_BODY)
     if raw is None:
-        raw = request[RAW_BODY] = await request.read()
+        raw = request[RAW_BODY] = await _read_in_time(request)
     return raw
+
+
+async def _read_in_time(request: web.Request) -> bytes:
+    """`request.read()`, within the body deadline of the connection's handler when it has one
+    (a gateway served by `GatewayRunner`; not aiohttp's test server)."""
+    handler = request.protocol
+    if not isinstance(handler, GatewayRequestHandler) or handler.body_deadline is None:
+        return await request.read()
+    try:
+        async with asyncio.timeout_at(handler.body_deadline):
+            return await request.read()
+    except TimeoutError:
+        # the rest of the body, if it ever comes, is not worth reading: close after the 408
+        handler.close_after_answer()
+        timeout_s = handler.body_timeout_s
+        log.warning(
+            "closing a connection from %s: the body of %s %s did not arrive within %gs (408)",
+            request.remote,
+            request.method,
+            request.path,
+            timeout_s,
+        )
+        err = RequestTimeout(f"The request body did not arrive within {timeout_s:g}s of its head")
+        err.headers["Connection"] = "close"
+        raise err from None
 
 
 def _received_body(request: web.Request) -> bytes | None:

@@ -37,7 +37,7 @@ from gateway.app import build_app
 from gateway.config import Config
 from gateway.observability.logs import configure_logging
 from gateway.observability.segments import retire
-from gateway.server.limits import GatewayRunner, header_handler_args
+from gateway.server.limits import GatewayRunner, handler_args
 from gateway.server.state import STATE
 
 log = logging.getLogger("gateway.server")
@@ -73,14 +73,16 @@ def run_worker(config: Config, sock: socket.socket, metrics_dir: Path | None = N
 async def start_site(
     app: web.Application, config: Config, sock: socket.socket
 ) -> tuple[web.AppRunner, web.SockSite]:
-    """Serve `app` on the listening `sock`, with the header limits of `server.limits` and
-    unparsable requests answered in the OpenAI error shape."""
+    """Serve `app` on the listening `sock`, with the header limits of `server.limits`, the
+    deadlines of a request's head and body, and unparsable requests answered in the OpenAI
+    error shape."""
+    head_timeouts = app[STATE].router.metrics.rejection_for("client_header_timeout")
     runner = GatewayRunner(
         app,
         handler_cancellation=True,
         access_log=None,
         shutdown_timeout=LAST_REQUESTS_GRACE_S,
-        **header_handler_args(config.server.limits),
+        **handler_args(config.server, on_head_timeout=head_timeouts.inc),
     )
     await runner.setup()
     site = web.SockSite(runner, sock)
