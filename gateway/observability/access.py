@@ -48,6 +48,8 @@ _REJECTION_BY_STATUS = {
 _REJECTION_BY_CODE = {
     "budget_exceeded": "budget_exceeded",
     "model_not_allowed": "model_not_allowed",
+    "model_not_priced": "model_not_priced",
+    "request_timeout": "client_body_timeout",  # the head's own timeout is counted where it fires
     "server_shutting_down": "shutting_down",
 }
 access_log = logging.getLogger(ACCESS_LOGGER)

@@ -30,7 +30,7 @@ TOKEN_KINDS = ("input", "output", "cached")
 REJECTION_REASONS = (
     *("auth", "model_not_allowed", "forbidden", "budget_exceeded", "rate_limited"),
     *("bad_request", "not_found", "method_not_allowed", "body_too_large", "shutting_down"),
-    "client_header_timeout",
+    *("client_header_timeout", "client_body_timeout", "model_not_priced"),
 )
 
 

@@ -107,6 +107,9 @@ async def test_a_metered_key_refuses_unpriced_models() -> None:
             assert len(upstream.requests) == before  # nothing went upstream
             view = await key_view(s, server, key["id"])
             assert (view["spend_nanos"], view["reserved_nanos"]) == (0, 0)
+        async with s.get(server.make_url("/metrics")) as r:
+            exposition = await r.text()
+        assert 'gateway_rejections_total{reason="model_not_priced"} 2' in exposition
         free = await new_key(s, server, rpm=100)  # no money or token limit: may run it
         status, _ = await post(s, server, CHAT, json.dumps(chat("up/text")).encode(), free["key"])
         assert status == 200
