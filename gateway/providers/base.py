@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import msgspec
 
 from gateway.config import ProviderConfig, ProviderKey
 from gateway.errors import (
+    BadRequest,
     GatewayError,
     UpstreamError,
     UpstreamProtocolError,
@@ -129,12 +130,48 @@ def hide_credentials(err: E, key: ProviderKey | None, access_token: str | None =
     return err
 
 
+# Rounds of percent-decoding a model name is looked through: `%252e` is `.` after two;
+# a name that still decodes to something else after this many is refused unread.
+DECODE_ROUNDS = 4
+
+
+def has_dot_segment(name: str) -> bool:
+    """Whether `name`, or what it reads as after percent-decoding (up to DECODE_ROUNDS
+    times), has a `.` or `..` segment between slashes (or backslashes, which some servers
+    read as slashes). Servers and proxies decode `%2E%2E` and `%2F` before resolving a path,
+    so an escaped dot segment can still climb out of the model's place in it."""
+    text = name
+    for _ in range(DECODE_ROUNDS + 1):
+        if "." in text:
+            if "\\" in text:
+                text = text.replace("\\", "/")
+            if "/" not in text:
+                if text == "." or text == "..":
+                    return True
+            elif "." in (segments := text.split("/")) or ".." in segments:
+                return True
+        if "%" not in text:
+            return False
+        decoded = unquote(text)
+        if decoded == text:
+            return False
+        text = decoded
+    return True
+
+
 def path_segment(value: str, safe: str = "") -> str:
-    """`value` (a client-chosen model name) URL-escaped as one segment of an upstream path.
-    A dot segment is escaped too: `quote` leaves `.` alone, and servers and proxies resolve
-    `/model/../converse` to `/converse`, so `..` would climb out of the model's place."""
-    escaped = quote(value, safe=safe)
-    return escaped.replace(".", "%2E") if escaped in (".", "..") else escaped
+    """`value` (a model name) URL-escaped as one segment of an upstream path. A value with a
+    dot segment in it, escaped or not, is refused: escaping `..` as `%2E%2E` is not enough,
+    since servers and proxies decode it back before resolving `/model/../converse` to
+    `/converse`. The router refuses such client model names first; this is the backstop
+    for every other way a name reaches a path."""
+    if has_dot_segment(value):
+        raise BadRequest(
+            f"The model '{value}' is not a valid model id (a path dot segment)",
+            param="model",
+            code="invalid_model",
+        )
+    return quote(value, safe=safe)
 
 
 RETRYABLE_STATUSES = frozenset({401, 403, 408, 409, 429})

@@ -22,6 +22,7 @@ import msgspec
 from msgspec import UNSET
 
 from gateway.errors import BadRequest
+from gateway.inbound.client_urls import refusal, url_allowed
 from gateway.providers.base import UpstreamCall
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import gemini as g
@@ -138,8 +139,11 @@ def _guess_mime(url: str) -> str:
     return _MIME_BY_EXTENSION.get(ext, "image/jpeg")
 
 
-def _content_part(part: Any, param: str) -> g.Part | None:
-    """One OpenAI content part; None for an empty text part."""
+def _content_part(part: Any, param: str, storage_uris: bool) -> g.Part | None:
+    """One OpenAI content part; None for an empty text part. A URL that is neither http(s)
+    nor data: (`gs://`) becomes a `fileUri` only where the provider allows storage URIs:
+    Google reads it with the gateway project's identity. The inbound layer refuses these
+    first; this holds for any other way a request reaches here."""
     kind = part.get("type") if isinstance(part, dict) else None
     if kind == "text":
         text = part.get("text")
@@ -151,6 +155,8 @@ def _content_part(part: Any, param: str) -> g.Part | None:
             raise BadRequest("image_url needs a url", param=param)
         if url.startswith("data:"):
             return g.Part(inline_data=_data_url(url, param))
+        if not storage_uris and not url_allowed(url):
+            raise refusal(f"{param}.image_url" + (".url" if isinstance(image, dict) else ""))
         return g.Part(file_data=g.FileData(file_uri=url, mime_type=_guess_mime(url)))
     if kind == "input_audio":
         audio = part.get("input_audio") or {}
@@ -164,11 +170,11 @@ def _content_part(part: Any, param: str) -> g.Part | None:
     raise BadRequest(f"content part type {kind!r} is not supported by Gemini", param=param)
 
 
-def _parts(content: Any, param: str) -> list[g.Part]:
+def _parts(content: Any, param: str, storage_uris: bool) -> list[g.Part]:
     if isinstance(content, str):
         return [g.Part(text=content)] if content else []
     if isinstance(content, list):
-        parts = [_content_part(p, f"{param}[{i}]") for i, p in enumerate(content)]
+        parts = [_content_part(p, f"{param}[{i}]", storage_uris) for i, p in enumerate(content)]
         return [p for p in parts if p is not None]
     return []
 
@@ -229,8 +235,11 @@ def signature_of(call_id: str) -> str | None:
         return None
 
 
-def translate_messages(messages: list[Message]) -> tuple[g.Content | None, list[g.Content]]:
-    """(systemInstruction, contents) for the chat messages."""
+def translate_messages(
+    messages: list[Message], storage_uris: bool = False
+) -> tuple[g.Content | None, list[g.Content]]:
+    """(systemInstruction, contents) for the chat messages; `storage_uris`: the provider's
+    `allow_storage_uris`."""
     system: list[g.Part] = []
     turns: list[tuple[str, list[g.Part]]] = []
     names: dict[str, str] = {}  # tool_call_id -> function name
@@ -243,10 +252,10 @@ def translate_messages(messages: list[Message]) -> tuple[g.Content | None, list[
                 system.append(g.Part(text=text))
             continue
         if m.role == "user":
-            parts = _parts(m.content, param + ".content")
+            parts = _parts(m.content, param + ".content", storage_uris)
         elif m.role == "assistant":
             role = "model"
-            parts = _parts(m.content, param + ".content")
+            parts = _parts(m.content, param + ".content", storage_uris)
             for j, tc in enumerate(m.tool_calls or ()):
                 names[tc.id] = tc.function.name
                 args = _arguments(tc.function.arguments, f"{param}.tool_calls[{j}]")
@@ -369,7 +378,7 @@ def generation_config(request: ChatRequest) -> g.GenerationConfig | None:
 def build_body(call: UpstreamCall) -> bytes:
     """The JSON body of the Gemini request for this call."""
     request = call.request
-    system, contents = translate_messages(request.messages)
+    system, contents = translate_messages(request.messages, call.provider.allow_storage_uris)
     body = g.GenerateContentRequest(contents=contents)
     if system is not None:
         body.system_instruction = system

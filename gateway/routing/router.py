@@ -20,9 +20,9 @@ import time
 import msgspec
 
 from gateway.config import Config, ProviderConfig, ProviderKey, Target
-from gateway.errors import UnknownModel
+from gateway.errors import BadRequest, UnknownModel
 from gateway.observability.metrics import GatewayMetrics
-from gateway.providers.base import ProviderAdapter
+from gateway.providers.base import ProviderAdapter, has_dot_segment
 from gateway.routing.balancer import (
     key_score,
     strategy_order,
@@ -76,7 +76,13 @@ class Router:
         self._providers = {p.name: p for p in config.providers}
         self._adapters = adapters
         self._models = {m.name: list(m.targets) for m in config.models}
-        self._tiers = {name: _tiers(targets) for name, targets in self._models.items()}
+        # a configured name with a dot segment is left to `targets`, which refuses it, so
+        # that every route answers it alike
+        self._tiers = {
+            name: _tiers(targets)
+            for name, targets in self._models.items()
+            if not has_dot_segment(name)
+        }
         self._emulated = frozenset(m.name for m in config.models if m.tools == "emulate")
         self._max_attempts = config.routing.max_attempts
         self._strategy = config.routing.strategy
@@ -113,6 +119,15 @@ class Router:
         return {t.model for ts in self._models.values() for t in ts if t.provider == provider}
 
     def targets(self, model: str) -> list[Target]:
+        """The targets of `model`; a 400 for a name with a path dot segment in it, before
+        any lookup: no upstream path is ever built from one, and an unknown `..` is the
+        same probe as a known one."""
+        if has_dot_segment(model):
+            raise BadRequest(
+                f"The model '{model}' is not a valid model id (a path dot segment)",
+                param="model",
+                code="invalid_model",
+            )
         targets = self._models.get(model)
         if targets is not None:
             return targets

@@ -36,6 +36,7 @@ from gateway.accounting.service import (
 from gateway.accounting.usage import estimated_usage, output_cap, tokens_of_chars
 from gateway.emulation.request import ToolEmulation, emulate_tools
 from gateway.errors import GatewayError, NoUpstreamAvailable
+from gateway.inbound.client_urls import check_request as check_client_urls
 from gateway.observability.access import RECORD, RequestRecord
 from gateway.observability.metrics import OTHER_ROUTE
 from gateway.providers.base import NativeRequest
@@ -98,6 +99,7 @@ async def serve_chat(
             record.key = key_name(principal)
         router = state.router
         plan = router.plan(chat.model)
+        check_client_urls(chat.messages, native, plan)
         emulation = None
         if router.emulates_tools(chat.model):
             chat, body, emulation = emulate_tools(chat, body)

@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import aiohttp
 import pytest
 
+from gateway.errors import BadRequest
 from gateway.providers.base import path_segment
 from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
 from tests.security.recorder import Recorder, Seen
@@ -231,11 +232,12 @@ async def test_every_kind_sends_only_allowed_headers_when_streaming(
         check_headers(provider, seen, ALLOWED[spec["kind"]])
 
 
-def test_dot_segments_are_escaped() -> None:
-    assert path_segment("..") == "%2E%2E"
-    assert path_segment(".") == "%2E"
+def test_dot_segments_are_refused() -> None:
+    """Escaping `..` as `%2E%2E` is not enough (servers decode it back): refused instead."""
+    for value in ("..", ".", "%2E%2E", "../x"):
+        with pytest.raises(BadRequest):
+            path_segment(value)
     assert path_segment("a..b") == "a..b"
-    assert path_segment("../x") == "..%2Fx"  # not a segment of its own: the slash is escaped
 
 
 def test_the_gateway_never_read_a_client_url() -> None:
