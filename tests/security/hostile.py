@@ -377,12 +377,11 @@ class Figure:
 
     def line(self) -> str:
         text = f"hostile {self.store} {self.exploit}: sent={self.sent} served={self.served}"
+        if self.spend_nanos is not None:
+            text += f" settled={usd(self.spend_nanos):.9f}"
         if self.budget_nanos is not None and self.spend_nanos is not None:
             overshoot = max(self.spend_nanos - self.budget_nanos, 0)
-            text += (
-                f" budget={usd(self.budget_nanos):.9f} settled={usd(self.spend_nanos):.9f}"
-                f" overshoot={usd(overshoot):.9f}"
-            )
+            text += f" budget={usd(self.budget_nanos):.9f} overshoot={usd(overshoot):.9f}"
         if self.reserve_nanos is not None:
             text += f" reservation={usd(self.reserve_nanos):.9f}"
         return text
@@ -405,12 +404,11 @@ def table() -> str:
     ]
     for f in FIGURES:
         money = ["", "", ""]
+        if f.spend_nanos is not None:
+            money[0] = f"{usd(f.spend_nanos):.6f}"
         if f.budget_nanos is not None and f.spend_nanos is not None:
-            money = [
-                f"{usd(f.spend_nanos):.6f}",
-                f"{usd(f.budget_nanos):.6f}",
-                f"{usd(max(f.spend_nanos - f.budget_nanos, 0)):.6f}",
-            ]
+            money[1] = f"{usd(f.budget_nanos):.6f}"
+            money[2] = f"{usd(max(f.spend_nanos - f.budget_nanos, 0)):.6f}"
         rows.append(
             f"| {f.store} | {f.exploit} | {f.sent} | {f.served} | " + " | ".join(money) + " |"
         )

@@ -492,11 +492,11 @@ def test_a_storage_uri_is_not_passed_to_a_provider_that_reads_it(store: Store) -
     messages = [{"role": "user", "content": [{"type": "text", "text": "describe"}, image]}]
     before = len(store.up.gemini.requests)
     refused = store.post(CHAT, {"model": "gem/text", "messages": messages}, key["key"])
+    report(Figure(store.name, "gs:// image URL to gemini", 1, int(refused.status_code == 200)))
     assert refused.status_code == 400, refused.text
     error_of(refused)
     assert len(store.up.gemini.requests) == before  # nothing reached the upstream
     allowed = store.post(CHAT, {"model": "gemstore/text", "messages": messages}, key["key"])
-    report(Figure(store.name, "gs:// image URL to gemini", 1, int(refused.status_code == 200)))
     assert allowed.status_code == 200, allowed.text  # the provider's operator allows it
     assert "gs://operator-bucket/secret.png" in json.dumps(store.up.gemini.requests[-1].body)
 
