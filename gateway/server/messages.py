@@ -34,6 +34,7 @@ from gateway.errors import (
     UpstreamProtocolError,
     UpstreamTimeout,
 )
+from gateway.inbound.client_urls import check_request as check_client_urls
 from gateway.inbound.messages_outbound import MessagesOutbound, error_json
 from gateway.inbound.messages_request import (
     CanonicalRequest,
@@ -87,10 +88,6 @@ async def _read_body(request: web.Request) -> tuple[dict[str, Any], InboundReque
     return body, params
 
 
-async def _read_request(request: web.Request) -> InboundRequest:
-    return (await _read_body(request))[1]
-
-
 def _only_native_targets(state: GatewayState, model: str) -> bool:
     """Whether every target of `model` is an upstream that takes Messages requests as
     they are (so no attempt needs the translation)."""
@@ -142,14 +139,15 @@ async def count_tokens(request: web.Request) -> web.Response:
     It calls the operator's key upstream, so it is limited like inference: it holds a
     concurrency slot and is admitted (the key's models, rpm, budget) with a reservation of
     its prompt, released when it ends, since a count bills no tokens."""
-    params = await _read_request(request)
-    chat, body = translate_request(params, count_only=True)
+    raw, params = await _read_body(request)
     app = request.app
     state, accounting, principal = app[STATE], app[ACCOUNTING], request[PRINCIPAL]
     plan = state.router.plan(params.model)
     if not plan:
         raise NoUpstreamAvailable("no upstream target could be tried for this model")
     attempt = plan[0]
+    check_client_urls([], NativeRequest(api=NATIVE_API, body=raw), plan[:1])
+    chat, body = translate_request(params, count_only=True)
     if attempt.provider.kind != "anthropic":
         raise CountTokensUnsupported(
             f"count_tokens is only answered for models served by an anthropic provider; "

@@ -129,12 +129,13 @@ def test_responses_input_image_storage_url_is_refused(rig: Rig, model: str) -> N
     assert rig.seen() == before
 
 
+@pytest.mark.parametrize("path", ["/messages", "/messages/count_tokens"])
 @pytest.mark.parametrize(
     ("model", "kind"),
     [("gem/text", "image"), ("an/claude-x", "image"), ("an/claude-x", "document")],
 )
 def test_messages_url_source_storage_url_is_refused_in_anthropic_shape(
-    rig: Rig, model: str, kind: str
+    rig: Rig, model: str, kind: str, path: str
 ) -> None:
     before = rig.seen()
     block = {"type": kind, "source": {"type": "url", "url": GS}}
@@ -143,7 +144,7 @@ def test_messages_url_source_storage_url_is_refused_in_anthropic_shape(
         "max_tokens": 16,
         "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}, block]}],
     }
-    status, answer = post(rig, "/messages", body)
+    status, answer = post(rig, path, body)
     assert status == 400, answer
     assert answer["type"] == "error"
     assert answer["error"]["type"] == "invalid_request_error"
