@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -472,10 +473,11 @@ def test_embeddings_hold_a_concurrency_slot(one_slot: Store) -> None:
         for _ in range(200):  # until the first one is at the upstream (at most 2 s)
             if one_slot.up.embeddings.lagging > lagging:
                 break
-            threading.Event().wait(0.01)
+            time.sleep(0.01)
         second = one_slot.post("/v1/embeddings", body, key["key"])
     finally:
         worker.join(30)
+    assert first, "the first request did not end"
     statuses = sorted([first[0].status_code, second.status_code])
     report(Figure(one_slot.name, "2 concurrent embeddings, 1 slot per key", 2, statuses.count(200)))
     assert first[0].status_code == 200, first[0].text
