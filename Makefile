@@ -4,14 +4,32 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The runtime dependencies, pinned with their sha256 hashes (docs/supply-chain.md)
+LOCK := requirements.lock
+# the lock's pins without the hashes: keeps the dev extras from moving a locked package
+LOCK_CONSTRAINTS := $(VENV)/lock-constraints.txt
 
-.PHONY: run test lint bench bench-micro rig clean fuzz soak
+.PHONY: run test lint lock bench bench-micro rig clean fuzz soak
 
-$(STAMP): pyproject.toml
+# The runtime dependencies come from the lock alone (hash-checked), then the gateway without
+# resolving anything (--no-deps), then the dev extras held to the lock's versions.
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --require-hashes -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps -e .
+	grep -E '^[A-Za-z0-9]' $(LOCK) | sed -e 's/ *\\$$//' > $(LOCK_CONSTRAINTS)
+	$(PY) -m pip install --quiet -c $(LOCK_CONSTRAINTS) -e '.[dev]'
 	touch $(STAMP)
+
+# Regenerates requirements.lock from pyproject.toml's [project].dependencies (CPython 3.11,
+# linux x86_64; the hashes are PyPI's). Keeps the current pins unless told otherwise:
+#   make lock LOCK_ARGS='--upgrade-package aiohttp'   (one package)
+#   make lock LOCK_ARGS=--upgrade                      (everything)
+lock: $(STAMP)
+	$(PY) -m uv pip compile pyproject.toml --quiet --generate-hashes \
+		--python-version 3.11 --python-platform x86_64-unknown-linux-gnu \
+		--custom-compile-command 'make lock' --output-file $(LOCK) $(LOCK_ARGS)
 
 run: $(STAMP)
 	$(PY) -m gateway serve $(if $(CONFIG),--config $(CONFIG))
@@ -20,10 +38,15 @@ test: $(STAMP)
 	bash tests/install_deps.sh
 	$(PY) -m pytest -q
 
+# pip-audit asks PyPI's vulnerability data about every pin of the lock. --strict: a pin it
+# could not look up fails the target (without it, pip-audit skips it and still exits 0).
 lint: $(STAMP)
 	$(PY) -m ruff check gateway tests bench
 	$(PY) -m ruff format --check gateway tests bench
 	$(PY) -m mypy
+	$(PY) -m pip_audit --strict --progress-spinner off --disable-pip --require-hashes -r $(LOCK) \
+		|| { echo "make lint: pip-audit failed: a known vulnerability in $(LOCK), or a pin it" \
+			"could not look up (docs/supply-chain.md)" >&2; exit 1; }
 
 bench: $(STAMP)
 	bash bench/install_deps.sh
