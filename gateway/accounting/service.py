@@ -53,7 +53,8 @@ class Ticket:
     model: str
     prompt_tokens: int
     key: KeyRecord | None = None
-    id: str = ""
+    id: str = ""  # the store's identity of the request: minted by the gateway
+    request_id: str = ""  # the x-request-id (the client's, or minted): for log lines only
     window: str = ""
     reserved_nanos: int = 0
     done: bool = False
@@ -149,8 +150,9 @@ class Accounting:
         prompt_tokens: int,
         output_cap: int,
         ticket_id: str,
+        request_id: str = "",
     ) -> Ticket:
-        ticket = Ticket(model, prompt_tokens)
+        ticket = Ticket(model, prompt_tokens, request_id=request_id)
         if not principal.secret_hash:
             return ticket
         reserve, priced = 0, True
@@ -254,7 +256,12 @@ class Accounting:
         try:
             await self.ledger.settle(charge)
         except StoreError as exc:
-            log.error("spend of request %s not recorded: %s", ticket.id or "-", exc)
+            log.error(
+                "spend of request %s (ticket %s) not recorded: %s",
+                ticket.request_id or "-",
+                ticket.id or "-",
+                exc,
+            )
         return Settled(cost, estimated)
 
     async def release(self, ticket: Ticket) -> None:
@@ -267,7 +274,12 @@ class Accounting:
         try:
             await self.ledger.release(ticket.key.id, ticket.id, ticket.reserved_nanos)
         except StoreError as exc:
-            log.warning("reservation of request %s not released (it expires): %s", ticket.id, exc)
+            log.warning(
+                "reservation of request %s (ticket %s) not released (it expires): %s",
+                ticket.request_id or "-",
+                ticket.id,
+                exc,
+            )
 
 
 def _pair_prices(config: Config) -> dict[tuple[str, str], ModelPrice]:

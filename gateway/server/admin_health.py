@@ -76,7 +76,7 @@ def _key(health: KeyHealth, weight: int, now: float, wall: float) -> dict[str, A
         "consecutive_failures": health.failures,
         "circuit_opens": health.opens,
         "in_flight": health.inflight,
-        "ewma_ttft_s": round(health.ewma_ttft, 4) if health.ewma_ttft is not None else None,
+        "ewma_ttft_s": round(health.ewma_ttft, 6) if health.ewma_ttft is not None else None,
         "rpm": {"used": health.requests.used(now), "limit": health.rpm},
         "tpm": {"used": health.tokens.used(now), "limit": health.tpm},
     }

@@ -147,6 +147,7 @@ async def _serve(
         prompt_tokens=await prompt_estimate(request),
         output_cap=0,
         ticket_id=state.new_request_id(),  # minted: never the client's x-request-id
+        request_id=request[REQUEST_ID],
     )
     if record is not None and ticket.key is not None:
         record.key = ticket.key.name

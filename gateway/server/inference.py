@@ -118,6 +118,7 @@ async def serve_chat(
             # x-request-id: a reused id must not merge two requests' window entries or
             # reservations
             ticket_id=state.new_request_id(),
+            request_id=request[REQUEST_ID],
         )
         if record is not None and ticket.key is not None:
             record.key = ticket.key.name

@@ -164,6 +164,7 @@ async def count_tokens(request: web.Request) -> web.Response:
             prompt_tokens=await prompt_estimate(request),
             output_cap=0,
             ticket_id=state.new_request_id(),
+            request_id=request[REQUEST_ID],
         )
         try:
             return await _count(request, state, attempt, chat, body)

@@ -1,7 +1,8 @@
 """A bounded load of priced chat completions with one virtual key, for the store-fault runs.
 
-Each request carries its own `x-request-id` (the gateway's ticket id, so a log line about
-its spend can be matched to it) and ends as exactly one outcome:
+Each request carries its own `x-request-id` (named in the gateway's log line about a lost
+settle, beside the ticket the gateway minted, so the line can be matched to it) and ends as
+exactly one outcome:
 
   success       200 with the whole answer and its cost (`x-gateway-cost-usd`, or for a
                 stream the usage chunk's `cost_usd` followed by `[DONE]`)
@@ -27,7 +28,7 @@ from typing import Any
 import aiohttp
 
 CLIENT_TIMEOUT_S = 15.0  # past the sqlite busy timeout (5 s) plus an answer
-NOT_RECORDED = re.compile(r"spend of request (\S+) not recorded")
+NOT_RECORDED = re.compile(r"spend of request (\S+) \(ticket \S+\) not recorded")
 
 
 @dataclass
