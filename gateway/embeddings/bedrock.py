@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote
 
 import msgspec
 
@@ -40,7 +39,7 @@ from gateway.embeddings.base import (
     texts_of,
 )
 from gateway.errors import BadRequest
-from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import UpstreamRequest, path_segment
 from gateway.providers.sigv4 import sign
 
 COHERE_BATCH = 96
@@ -126,7 +125,7 @@ class BedrockEmbeddings:
         self._region = provider.region or "us-east-1"
 
     def _request(self, call: EmbeddingsCall, body: bytes) -> UpstreamRequest:
-        url = f"{self._base}/model/{quote(call.model, safe='')}/invoke"
+        url = f"{self._base}/model/{path_segment(call.model)}/invoke"
         headers = {"content-type": "application/json", "accept": "application/json"}
         key = call.key
         if key is not None and key.key:

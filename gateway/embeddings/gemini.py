@@ -34,7 +34,7 @@ from gateway.embeddings.base import (
     texts_of,
 )
 from gateway.errors import UpstreamConnectError
-from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import UpstreamRequest, path_segment
 
 GEMINI_BATCH = 100
 VERTEX_BATCH = 250
@@ -103,7 +103,7 @@ _vertex_decoder = msgspec.json.Decoder(VertexPredictResponse)
 
 
 def model_path(model: str) -> str:
-    return quote(model.removeprefix("models/"), safe="-._~@")
+    return path_segment(model.removeprefix("models/"), safe="-._~@")
 
 
 class GeminiEmbeddings:

@@ -29,7 +29,7 @@ from gateway.embeddings.base import (
 )
 from gateway.errors import UpstreamProtocolError
 from gateway.providers.azure import V1_VERSIONS
-from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import UpstreamRequest, path_segment
 from gateway.wire.openai_embeddings import encoder, upstream_decoder
 
 
@@ -103,7 +103,7 @@ class AzureEmbeddings(OpenAIEmbeddings):
     def url(self, call: EmbeddingsCall) -> str:
         if self._v1:
             return self._url
-        return self._prefix + quote(call.model, safe="") + self._suffix
+        return self._prefix + path_segment(call.model) + self._suffix
 
     def headers(self, call: EmbeddingsCall) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}

@@ -5,6 +5,7 @@ refuses one too as a backstop."""
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime
 from urllib.parse import quote
 
 import pytest
@@ -12,6 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.config import parse_config
+from gateway.embeddings.base import EmbeddingsCall, parse_input
+from gateway.embeddings.registry import embeddings_provider
 from gateway.errors import BadRequest
 from gateway.providers.base import DECODE_ROUNDS, UpstreamCall, has_dot_segment, path_segment
 from gateway.providers.registry import make_adapter
@@ -186,3 +189,24 @@ def test_adapters_never_build_a_path_from_a_dot_segment(provider: str) -> None:
         )
         with pytest.raises(BadRequest):
             adapter.build_request(call)
+
+
+@pytest.mark.parametrize("provider", ["azure", "bd", "ge"])
+def test_embeddings_adapters_never_build_a_path_from_a_dot_segment(provider: str) -> None:
+    """The same backstop for the embeddings families, whose upstream model is in the path."""
+    cfg = parse_config(CONFIG, env={})
+    p = next(p for p in cfg.providers if p.name == provider)
+    family = embeddings_provider(p)
+    for model in ("..", "%2e%2e", "models/.."):
+        call = EmbeddingsCall(
+            inputs=parse_input("hello"),
+            body={"model": "x", "input": "hello"},
+            dimensions=None,
+            provider=p,
+            key=p.keys[0] if p.keys else None,
+            model=model,
+            now=datetime.now(UTC),
+            access_token="t",
+        )
+        with pytest.raises(BadRequest):
+            family.plan(call)
