@@ -1,1 +1,1 @@
-"""An OpenAI-compatible LLM gateway. See ../shared/DESIGN.md for the architecture."""
+"""An OpenAI-compatible LLM gateway. See docs/design.md for the architecture."""

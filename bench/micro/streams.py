@@ -1,6 +1,6 @@
 """Synthetic upstream streams for the microbenchmarks, in OpenAI's exact chunk shape.
 
-The shape follows the recorded `openai_chat_parallel_tools.sse` (shared/fixtures): every chunk
+The shape follows the recorded `openai_chat_parallel_tools.sse` (tests/wire_fixtures): every chunk
 carries `id`, `object`, `created`, `model`, `service_tier`, `system_fingerprint`,
 `"usage":null` (include_usage is on, as the gateway always asks), `choices` with
 `"logprobs":null` and `"finish_reason":null`, and an `obfuscation` padding string. The first

@@ -1,7 +1,7 @@
 """What the gateway emits on `/v1/responses`: the response object, its output items and
 the streaming events, as msgspec Structs with one module-level encoder (sans-IO).
 
-Shapes follow OpenAI's recordings (/work/shared/fixtures/openai_responses_*.sse): every
+Shapes follow OpenAI's recordings (tests/wire_fixtures/openai_responses_*.sse): every
 SSE frame is `event: <type>` plus `data: {json with the same "type"}`, and every event
 carries `sequence_number`, one counter per response starting at 0.
 """

@@ -24,7 +24,7 @@ from tests.fixtures import FIXTURES
 
 BOM = b"\xef\xbb\xbf"
 
-# Events per recorded stream; see shared/fixtures/README.md for what each holds.
+# Events per recorded stream; see tests/wire_fixtures/README.md for what each holds.
 EXPECTED_EVENTS = {
     "anthropic_error_event.sse": 1,
     "anthropic_text_then_tool.sse": 15,  # no blank line after the last event

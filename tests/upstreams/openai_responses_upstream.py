@@ -1,5 +1,5 @@
 """A fake OpenAI Responses API upstream (`POST /responses`) speaking the exact wire format of
-the recordings in shared/fixtures (openai_responses_*.sse): every frame is
+the recordings in tests/wire_fixtures (openai_responses_*.sse): every frame is
 `event: <type>\\ndata: <json with the same type>\\n\\n`, `sequence_number` counts from 0 with
 `response.created`, there is no `[DONE]`, `function_call` items have an `fc_...` item id
 distinct from their `call_...` call id, and argument deltas name their item by `item_id`.

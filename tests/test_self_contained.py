@@ -1,0 +1,33 @@
+"""The repository stands on its own: no tracked file reads or points to `../shared` (the
+recorded streams are in tests/wire_fixtures, the design in docs/design.md, the peer
+harness in bench/peers)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.fixtures import FIXTURES, REPO_ROOT
+
+HERE = Path(__file__).resolve()
+
+
+def test_nothing_points_outside_the_repository() -> None:
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    outside = []
+    for name in filter(None, tracked):
+        path = REPO_ROOT / name.decode()
+        if not path.is_file() or path == HERE:
+            continue
+        text = path.read_bytes()
+        if b"../shared" in text or b"shared/fixtures" in text or b"/work/shared" in text:
+            outside.append(name.decode())
+    assert outside == []
+
+
+def test_the_recorded_streams_are_in_the_repository() -> None:
+    assert FIXTURES.is_relative_to(REPO_ROOT)
+    assert (FIXTURES / "README.md").is_file()
+    assert len(list(FIXTURES.iterdir())) >= 20
