@@ -36,14 +36,9 @@ from gateway.inbound.responses_events import (
     FunctionCallItem,
     ItemEvent,
     LifecycleEvent,
-    MessageItem,
     OutputItem,
-    OutputText,
     PartEvent,
-    ReasoningItem,
-    ReasoningText,
     RefusalDoneEvent,
-    RefusalPart,
     ResponseError,
     ResponseObject,
     TextDoneEvent,
@@ -52,6 +47,7 @@ from gateway.inbound.responses_events import (
     response_usage,
     sse,
 )
+from gateway.inbound.responses_items import OpenItem, item_of
 from gateway.inbound.responses_result import (
     Finished,
     completion_decoder,
@@ -67,20 +63,6 @@ from gateway.wire.openai_chat import ChatChunk, ResponseMessage, ToolCallDelta, 
 
 KEEPALIVE = encode_comment("keep-alive")
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
-
-
-class _Open:
-    """An output item being streamed."""
-
-    __slots__ = ("call_id", "id", "kind", "name", "output_index", "parts")
-
-    def __init__(self, kind: str, id: str, output_index: int) -> None:
-        self.kind = kind  # "message" | "reasoning" | "function_call"
-        self.id = id
-        self.output_index = output_index
-        self.parts: list[tuple[str, list[str]]] = []  # (part type, text pieces); last is open
-        self.call_id = ""
-        self.name = ""
 
 
 class ResponsesOutbound:
@@ -111,8 +93,8 @@ class ResponsesOutbound:
         self._started = False
         self._items: dict[int, OutputItem] = {}  # closed items by output_index
         self._next_index = 0
-        self._flow: _Open | None = None  # the open message or reasoning item
-        self._calls: dict[int, _Open] = {}  # tool-call index -> its item
+        self._flow: OpenItem | None = None  # the open message or reasoning item
+        self._calls: dict[int, OpenItem] = {}  # tool-call index -> its item
         self._upstream_id = ""
         self._frames = 0
         self._terminal: bytes | None = None  # the data of the upstream's terminal event
@@ -155,10 +137,10 @@ class ResponsesOutbound:
                     self._tool_delta(out, call)
         return b"".join(out)
 
-    def _new_item(self, kind: str, prefix: str) -> _Open:
+    def _new_item(self, kind: str, prefix: str) -> OpenItem:
         index = self._next_index
         self._next_index += 1
-        return _Open(kind, f"{prefix}_{self._suffix}_{index}", index)
+        return OpenItem(kind, f"{prefix}_{self._suffix}_{index}", index)
 
     def _text(self, out: list[bytes], kind: str, part: str, text: str) -> None:
         item = self._flow
@@ -171,7 +153,7 @@ class ResponsesOutbound:
                     "response.output_item.added",
                     self._next(),
                     item.output_index,
-                    _item(item, "in_progress"),
+                    item_of(item, "in_progress"),
                 ),
             )
         if not item.parts or item.parts[-1][0] != part:
@@ -203,7 +185,7 @@ class ResponsesOutbound:
             ),
         )
 
-    def _close_part(self, out: list[bytes], item: _Open) -> None:
+    def _close_part(self, out: list[bytes], item: OpenItem) -> None:
         if not item.parts:
             return
         part, pieces = item.parts[-1]
@@ -226,8 +208,8 @@ class ResponsesOutbound:
         self._close_part(out, item)
         self._close_item(out, item, status)
 
-    def _close_item(self, out: list[bytes], item: _Open, status: str) -> None:
-        done = _item(item, status)
+    def _close_item(self, out: list[bytes], item: OpenItem, status: str) -> None:
+        done = item_of(item, status)
         if isinstance(done, FunctionCallItem):
             self._emit(
                 out,
@@ -265,7 +247,7 @@ class ResponsesOutbound:
                     "response.output_item.added",
                     self._next(),
                     item.output_index,
-                    _item(item, "in_progress"),
+                    item_of(item, "in_progress"),
                 ),
             )
         elif name and not item.name:
@@ -338,7 +320,7 @@ class ResponsesOutbound:
         out: list[bytes] = []
         self._start(out)
         open_items = [*self._calls.values(), *([self._flow] if self._flow else [])]
-        output = {**self._items, **{i.output_index: _item(i, "incomplete") for i in open_items}}
+        output = {**self._items, **{i.output_index: item_of(i, "incomplete") for i in open_items}}
         response = replace(
             self._template,
             status="failed",
@@ -400,18 +382,3 @@ class ResponsesOutbound:
         )
         self.finished = finished_of(response)
         return encoder.encode(response)
-
-
-def _item(item: _Open, status: str) -> OutputItem:
-    if item.kind == "function_call":
-        args = "".join(item.parts[0][1]) if item.parts else ""
-        return FunctionCallItem(item.id, status, args, item.call_id, item.name)
-    texts = (
-        [(part, "".join(pieces)) for part, pieces in item.parts] if status != "in_progress" else []
-    )
-    if item.kind == "reasoning":
-        return ReasoningItem(item.id, status, [ReasoningText(t) for _, t in texts])
-    content: list[OutputText | RefusalPart] = [
-        RefusalPart(t) if part == "refusal" else OutputText(t) for part, t in texts
-    ]
-    return MessageItem(item.id, status, content)

@@ -24,7 +24,7 @@ import msgspec
 from aiohttp import web
 
 from gateway.errors import BadRequest, RequestTimeout
-from gateway.server.limits import GatewayRequestHandler
+from gateway.server.connection import GatewayRequestHandler
 
 log = logging.getLogger("gateway.server")
 T = TypeVar("T")

@@ -37,7 +37,7 @@ from gateway.app import build_app
 from gateway.config import Config
 from gateway.observability.logs import configure_logging
 from gateway.observability.segments import retire
-from gateway.server.limits import GatewayRunner, handler_args
+from gateway.server.connection import GatewayRunner, handler_args
 from gateway.server.state import STATE
 
 log = logging.getLogger("gateway.server")
