@@ -87,10 +87,18 @@ def _chat_messages(messages: list[Message]) -> str | None:
     for i, message in enumerate(messages):
         content = message.content
         if type(content) is list:
-            for j, part in enumerate(content):
-                bad = _part(part)
-                if bad is not None:
-                    return f"messages[{i}].content[{j}].{bad}"
+            bad = _parts(content)
+            if bad is not None:
+                return f"messages[{i}].content{bad}"
+    return None
+
+
+def _parts(parts: list[Any]) -> str | None:
+    """The path (`[j].field`) of the first part of `parts` with a URL not allowed."""
+    for j, part in enumerate(parts):
+        bad = _part(part)
+        if bad is not None:
+            return f"[{j}].{bad}"
     return None
 
 
@@ -141,10 +149,9 @@ def _responses_body(body: dict[str, Any]) -> str | None:
         for field in ("content", "output"):  # a message's parts, a tool output's parts
             parts = item.get(field)
             if type(parts) is list:
-                for j, part in enumerate(parts):
-                    bad = _part(part)
-                    if bad is not None:
-                        return f"input[{i}].{field}[{j}].{bad}"
+                bad = _parts(parts)
+                if bad is not None:
+                    return f"input[{i}].{field}{bad}"
     return None
 
 
