@@ -11,6 +11,9 @@ from decimal import Decimal
 from typing import Any
 
 import aiohttp
+import anthropic
+import openai
+import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway.app import build_app
@@ -214,3 +217,42 @@ async def test_a_stored_response_belongs_to_the_key_that_made_it() -> None:
             ].replace("resp_" + "0" * 48, "ID")
         status, _ = await post(s, server, "/v1/responses", follow, owner["key"])
         assert status == 200
+
+
+async def test_what_real_clients_see_of_the_refusals() -> None:
+    """openai-python and anthropic-python raise their own typed errors, with the codes."""
+    async with accounting_gateway() as (server, _), aiohttp.ClientSession() as s:
+        owner = await new_key(s, server, budget_usd=1, rpm=100)
+        other = await new_key(s, server, budget_usd=1)
+        base = str(server.make_url("/v1"))
+        mine = openai.AsyncOpenAI(base_url=base, api_key=owner["key"], max_retries=0)
+        theirs = openai.AsyncOpenAI(base_url=base, api_key=other["key"], max_retries=0)
+        claude = anthropic.AsyncAnthropic(
+            base_url=str(server.make_url("")), api_key=owner["key"], max_retries=0
+        )
+        try:
+            with pytest.raises(openai.PermissionDeniedError) as denied:
+                await mine.chat.completions.create(
+                    model="up/some-finetune-x", messages=[{"role": "user", "content": "hi"}]
+                )
+            assert denied.value.code == "model_not_priced"
+            with pytest.raises(anthropic.PermissionDeniedError) as refused:
+                await claude.messages.create(
+                    model="up/some-finetune-x",
+                    max_tokens=16,
+                    messages=[{"role": "user", "content": "hi"}],
+                )
+            assert "no price" in refused.value.message
+            first = await mine.responses.create(model="priced", input="remember 42")
+            with pytest.raises(openai.NotFoundError) as missing:
+                await theirs.responses.create(
+                    model="priced", input="what was it?", previous_response_id=first.id
+                )
+            assert missing.value.code == "previous_response_not_found"
+            follow = await mine.responses.create(
+                model="priced", input="what was it?", previous_response_id=first.id
+            )
+            assert follow.status == "completed"
+        finally:
+            for client in (mine, theirs, claude):
+                await client.close()
