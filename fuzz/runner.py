@@ -25,7 +25,6 @@ INSTRUMENTED = (
     "gateway.providers",
     "gateway.stream",
     "gateway.inbound",
-    "gateway.embeddings",
     "gateway.emulation",
 )
 

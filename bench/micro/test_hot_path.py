@@ -21,7 +21,7 @@ import pytest
 from bench.micro.streams import CALLS, Stream, openai_stream
 from gateway.framing.sse import DONE, SSEDecoder, SSEEvent
 from gateway.providers.base import Translated
-from gateway.providers.openai import ChatStreamTranslator
+from gateway.providers.openai.adapter import ChatStreamTranslator
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.pipeline import ChunkPipeline

@@ -13,7 +13,7 @@ import pytest
 
 from bench.micro.test_hot_path import PerEvent, client_calls, decode_all
 from gateway.framing.sse import SSEDecoder
-from gateway.providers.anthropic import AnthropicStreamTranslator
+from gateway.providers.anthropic.adapter import AnthropicStreamTranslator
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.pipeline import ChunkPipeline

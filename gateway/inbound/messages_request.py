@@ -24,7 +24,7 @@ import msgspec
 
 from gateway.config import effective_base_url
 from gateway.errors import BadRequest
-from gateway.providers.anthropic_request import build_messages_request
+from gateway.providers.anthropic.request import build_messages_request
 from gateway.providers.base import ProviderAdapter, UpstreamCall, UpstreamRequest
 from gateway.wire.anthropic import CacheControlledTool, InboundMessage, InboundRequest
 from gateway.wire.openai_chat import UNSET, ChatRequest, FunctionDefinition, Tool

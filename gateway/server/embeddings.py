@@ -30,18 +30,6 @@ from msgspec import UNSET
 
 from gateway.accounting.prices import usd_text
 from gateway.accounting.service import ACCOUNTING, Accounting, Principal, Target
-from gateway.embeddings.base import (
-    EmbeddingsCall,
-    EmbeddingsProvider,
-    Inputs,
-    Part,
-    PartResult,
-    merge,
-    parse_input,
-    render,
-    texts_of,
-)
-from gateway.embeddings.registry import embeddings_provider
 from gateway.errors import (
     BadRequest,
     ClientError,
@@ -53,6 +41,18 @@ from gateway.errors import (
 )
 from gateway.observability.access import RECORD
 from gateway.providers.base import hide_credentials
+from gateway.providers.embeddings import (
+    EmbeddingsCall,
+    EmbeddingsProvider,
+    Inputs,
+    Part,
+    PartResult,
+    merge,
+    parse_input,
+    render,
+    texts_of,
+)
+from gateway.providers.registry import embeddings_provider
 from gateway.routing.balancer import unavailable
 from gateway.routing.health import REFUSED
 from gateway.routing.router import Attempt

@@ -12,7 +12,7 @@ Three rules shape these types:
 - Upstream types are lenient: unknown fields are skipped, never an error.
 - The request Struct validates what the gateway reads; forwarding to an OpenAI-compatible
   upstream starts from the client's own JSON object, so fields this module does not know are
-  forwarded untouched (see `providers/openai.py`).
+  forwarded untouched (see `providers/openai/adapter.py`).
 """
 
 from __future__ import annotations

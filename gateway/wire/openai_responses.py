@@ -13,7 +13,7 @@ Streaming events embed the whole `response` object in `response.created`, `.in_p
 status, usage, error) so the output items repeated there are skipped, not decoded.
 
 The request body the gateway sends is built as plain dicts (see
-`providers/openai_responses_request.py`): it is written once per request, and dicts keep
+`providers/openai/responses_request.py`): it is written once per request, and dicts keep
 absent, `null` and `""` apart without a Struct per request shape.
 """
 

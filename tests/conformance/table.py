@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.providers.mock import REPLY
+from gateway.providers.mock.adapter import REPLY
 from tests.upstreams import anthropic_upstream as an_fake
 from tests.upstreams import bedrock_upstream as br_fake
 from tests.upstreams import gemini_upstream as ge_fake

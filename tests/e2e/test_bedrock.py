@@ -12,7 +12,7 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.providers.sigv4 import sign
+from gateway.providers.bedrock.sigv4 import sign
 from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
 from tests.upstreams.bedrock_upstream import TEXT_PIECES, TOOL_ARGS, USAGE, FakeBedrock
 

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.providers.sigv4 import sign
+from gateway.providers.bedrock.sigv4 import sign
 from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
 from tests.upstreams.embeddings_upstream import FakeEmbeddings, fake_tokens, fake_vector
 from tests.vertex_credentials import service_account_file

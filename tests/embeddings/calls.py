@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.config import ProviderConfig, ProviderKey
-from gateway.embeddings.base import EmbeddingsCall, parse_input
+from gateway.providers.embeddings import EmbeddingsCall, parse_input
 
 NOW = datetime(2025, 11, 30, 12, 0, 0, tzinfo=UTC)
 

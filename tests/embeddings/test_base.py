@@ -13,7 +13,9 @@ import msgspec
 import pytest
 
 from gateway.config import ProviderConfig
-from gateway.embeddings.base import (
+from gateway.errors import BadRequest, UpstreamProtocolError
+from gateway.providers.base import UpstreamRequest
+from gateway.providers.embeddings import (
     Inputs,
     Part,
     PartResult,
@@ -25,9 +27,7 @@ from gateway.embeddings.base import (
     parse_input,
     render,
 )
-from gateway.embeddings.registry import embeddings_provider
-from gateway.errors import BadRequest, UpstreamProtocolError
-from gateway.providers.base import UpstreamRequest
+from gateway.providers.registry import embeddings_provider
 from tests.embeddings.calls import make_call
 
 MOCK = ProviderConfig(name="m", kind="mock")

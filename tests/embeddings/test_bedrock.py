@@ -7,10 +7,10 @@ import json
 import pytest
 
 from gateway.config import ProviderConfig, ProviderKey, Secret
-from gateway.embeddings.base import merge
-from gateway.embeddings.bedrock import BedrockEmbeddings
 from gateway.errors import BadRequest
-from gateway.providers.sigv4 import sign
+from gateway.providers.bedrock.embeddings import BedrockEmbeddings
+from gateway.providers.bedrock.sigv4 import sign
+from gateway.providers.embeddings import merge
 from tests.embeddings.calls import NOW, make_call
 
 SIGV4 = ProviderKey(aws_access_key_id=Secret("AKIDEXAMPLE"), aws_secret_access_key=Secret("s3cr3t"))

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from gateway.config import ProviderConfig, ProviderKey, Secret
-from gateway.embeddings.base import merge
-from gateway.embeddings.gemini import GeminiEmbeddings, VertexAIEmbeddings
 from gateway.errors import UpstreamConnectError, UpstreamProtocolError
+from gateway.providers.embeddings import merge
+from gateway.providers.gemini.embeddings import GeminiEmbeddings, VertexAIEmbeddings
 from tests.embeddings.calls import make_call
 
 GEMINI = ProviderConfig(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from gateway.config import ProviderConfig, ProviderKey, Secret
-from gateway.embeddings.base import merge
-from gateway.embeddings.ollama import OllamaEmbeddings
+from gateway.providers.embeddings import merge
+from gateway.providers.ollama.embeddings import OllamaEmbeddings
 from tests.embeddings.calls import make_call
 
 

@@ -10,10 +10,10 @@ import struct
 import pytest
 
 from gateway.config import ProviderConfig, ProviderKey, Secret
-from gateway.embeddings.base import merge
-from gateway.embeddings.mock import MockEmbeddings, mock_vector, seed_of
-from gateway.embeddings.openai import AzureEmbeddings, OpenAIEmbeddings
 from gateway.errors import BadRequest, UpstreamProtocolError
+from gateway.providers.embeddings import merge
+from gateway.providers.mock.embeddings import MockEmbeddings, mock_vector, seed_of
+from gateway.providers.openai.embeddings import AzureEmbeddings, OpenAIEmbeddings
 from tests.embeddings.calls import make_call
 
 KEY = ProviderKey(key=Secret("sk-up"))

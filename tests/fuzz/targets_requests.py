@@ -15,13 +15,13 @@ from typing import Any
 import msgspec
 
 from gateway.config import ProviderConfig, ProviderKey, Secret
-from gateway.embeddings.base import EmbeddingsCall, Inputs, merge, parse_input, render
-from gateway.embeddings.registry import embeddings_provider
 from gateway.emulation.envelope import MAX_ENVELOPE_CHARS, EmulatedCall, EnvelopeScanner
 from gateway.errors import BadRequest, ClientError, UpstreamError
 from gateway.inbound.messages_request import CanonicalRequest, translate_request
 from gateway.inbound.responses_request import ResponsesRequest, to_chat
-from gateway.providers.openai import forwardable
+from gateway.providers.embeddings import EmbeddingsCall, Inputs, merge, parse_input, render
+from gateway.providers.openai.adapter import forwardable
+from gateway.providers.registry import embeddings_provider
 from gateway.server.request_body import typed
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound

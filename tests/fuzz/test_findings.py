@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 
 from gateway.config import ProviderConfig, ProviderKey, Secret
-from gateway.embeddings.base import EmbeddingsCall, Inputs
-from gateway.embeddings.bedrock import BedrockEmbeddings
 from gateway.emulation.envelope import EnvelopeScanner
 from gateway.errors import BadRequest, UpstreamProtocolError
 from gateway.framing.http1 import ResponseParser
 from gateway.framing.sse import SSEDecoder
-from gateway.providers.gemini_request import signature_of, signed_call_id
-from gateway.providers.openai import ChatStreamTranslator
+from gateway.providers.bedrock.embeddings import BedrockEmbeddings
+from gateway.providers.embeddings import EmbeddingsCall, Inputs
+from gateway.providers.gemini.request import signature_of, signed_call_id
+from gateway.providers.openai.adapter import ChatStreamTranslator
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.pipeline import ChunkPipeline

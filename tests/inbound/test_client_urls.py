@@ -16,7 +16,7 @@ from gateway.config import ProviderConfig
 from gateway.errors import BadRequest
 from gateway.inbound.client_urls import check_request, url_allowed
 from gateway.providers.base import NativeRequest, UpstreamCall
-from gateway.providers.gemini_request import build_body
+from gateway.providers.gemini.request import build_body
 from gateway.wire.openai_chat import ChatRequest, Message
 
 GS = "gs://operator-bucket/secret.png"

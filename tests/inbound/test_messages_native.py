@@ -12,7 +12,7 @@ from gateway.errors import InternalError, UpstreamProtocolError, UpstreamStreamE
 from gateway.framing.sse import SSEDecoder, SSEEvent, encode_event
 from gateway.inbound.messages_native import is_error_event
 from gateway.inbound.messages_outbound import MessagesOutbound
-from gateway.providers.anthropic import AnthropicStreamTranslator
+from gateway.providers.anthropic.adapter import AnthropicStreamTranslator
 from gateway.providers.base import UnaryResult
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.pipeline import ChunkPipeline

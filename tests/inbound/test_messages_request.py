@@ -16,8 +16,8 @@ from gateway.inbound.messages_request import (
     effort_for_budget,
     translate_request,
 )
-from gateway.providers.anthropic import AnthropicAdapter
-from gateway.providers.anthropic_request import build_messages_request
+from gateway.providers.anthropic.adapter import AnthropicAdapter
+from gateway.providers.anthropic.request import build_messages_request
 from gateway.providers.base import UpstreamCall
 from gateway.wire.anthropic import CacheControlledTool, InboundRequest
 from gateway.wire.openai_chat import UNSET

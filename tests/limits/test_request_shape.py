@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.embeddings.base import MAX_INPUTS
+from gateway.providers.embeddings import MAX_INPUTS
 from tests.limits.served import Served, served_gateway
 
 CONFIG = """

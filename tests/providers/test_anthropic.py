@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from gateway.config import ProviderConfig, ProviderKey, Secret
 from gateway.errors import UpstreamProtocolError, UpstreamStatusError, UpstreamStreamError
 from gateway.framing.sse import SSEDecoder, SSEEvent
-from gateway.providers.anthropic import AnthropicAdapter, AnthropicStreamTranslator
+from gateway.providers.anthropic.adapter import AnthropicAdapter, AnthropicStreamTranslator
 from gateway.providers.base import UpstreamCall
 from gateway.providers.registry import make_adapter
 from gateway.stream.accumulator import StreamAccumulator

@@ -12,7 +12,7 @@ import pytest
 from gateway.config import ProviderConfig, ProviderKey, Secret
 from gateway.errors import UpstreamProtocolError
 from gateway.framing.sse import SSEDecoder
-from gateway.providers.anthropic import AnthropicAdapter
+from gateway.providers.anthropic.adapter import AnthropicAdapter
 from gateway.providers.base import NativeRequest, UpstreamCall
 from gateway.wire.openai_chat import ChatRequest
 from tests.fixtures import FIXTURES

@@ -1,5 +1,5 @@
 """Canonical chat request -> Anthropic Messages request: every rule of
-gateway/providers/anthropic_request.py and docs/providers.md."""
+gateway/providers/anthropic/request.py and docs/providers.md."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from gateway.config import ProviderConfig, ProviderKey, Secret
 from gateway.errors import BadRequest
-from gateway.providers.anthropic import AnthropicAdapter
+from gateway.providers.anthropic.adapter import AnthropicAdapter
 from gateway.providers.base import UpstreamCall
 from gateway.wire.openai_chat import ChatRequest
 
@@ -340,6 +340,6 @@ def test_unservable_fields_are_rejected() -> None:
     ],
 )
 def test_max_tokens_defaults_to_the_models_own_limit(model: str, limit: int) -> None:
-    from gateway.providers.anthropic_request import default_max_tokens
+    from gateway.providers.anthropic.request import default_max_tokens
 
     assert default_max_tokens(model) == limit

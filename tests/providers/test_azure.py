@@ -12,7 +12,7 @@ import pytest
 from gateway.config import ProviderConfig, ProviderKey, Secret
 from gateway.errors import UpstreamStatusError
 from gateway.framing.sse import SSEEvent
-from gateway.providers.azure import AzureAdapter
+from gateway.providers.azure.adapter import AzureAdapter
 from gateway.providers.base import UpstreamCall
 from gateway.providers.registry import make_adapter
 from gateway.stream.accumulator import StreamAccumulator

@@ -16,8 +16,8 @@ from gateway.config import ProviderConfig, ProviderKey, Secret
 from gateway.errors import BadRequest, UpstreamStatusError, UpstreamStreamError
 from gateway.framing.aws_eventstream import EventStreamDecoder, EventStreamMessage
 from gateway.providers.base import UpstreamCall
-from gateway.providers.bedrock import BedrockAdapter, BedrockStreamTranslator
-from gateway.providers.bedrock_request import build_converse_request
+from gateway.providers.bedrock.adapter import BedrockAdapter, BedrockStreamTranslator
+from gateway.providers.bedrock.request import build_converse_request
 from gateway.providers.registry import make_adapter
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.bedrock import encoder as bedrock_encoder

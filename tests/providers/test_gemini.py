@@ -16,7 +16,7 @@ from gateway.config import ProviderConfig, ProviderKey, Secret
 from gateway.errors import UpstreamProtocolError, UpstreamStatusError, UpstreamStreamError
 from gateway.framing.sse import SSEDecoder, SSEEvent
 from gateway.providers.base import Translated, UpstreamCall
-from gateway.providers.gemini import GeminiAdapter, GeminiStreamTranslator, finish_reason
+from gateway.providers.gemini.adapter import GeminiAdapter, GeminiStreamTranslator, finish_reason
 from gateway.providers.registry import make_adapter
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import UNSET, ChatChunk, ChatRequest

@@ -12,7 +12,7 @@ import pytest
 from gateway.config import ProviderConfig
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
-from gateway.providers.gemini_request import build_body, gemini_schema
+from gateway.providers.gemini.request import build_body, gemini_schema
 from gateway.wire.openai_chat import ChatRequest
 
 

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.framing.sse import SSEDecoder
-from gateway.providers.gemini import GeminiStreamTranslator
-from gateway.providers.gemini_request import signature_of, signed_call_id, translate_messages
+from gateway.providers.gemini.adapter import GeminiStreamTranslator
+from gateway.providers.gemini.request import signature_of, signed_call_id, translate_messages
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import UNSET, Message
 from tests.fixtures import FIXTURES

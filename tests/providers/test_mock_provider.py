@@ -11,8 +11,8 @@ import pytest
 from gateway.config import MockOptions, ProviderConfig
 from gateway.framing.sse import SSEDecoder
 from gateway.providers.base import UpstreamCall
-from gateway.providers.mock import REPLY, MockAdapter, render_frames, sample_arguments
-from gateway.providers.openai import ChatStreamTranslator
+from gateway.providers.mock.adapter import REPLY, MockAdapter, render_frames, sample_arguments
+from gateway.providers.openai.adapter import ChatStreamTranslator
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import UNSET, ChatChunk, ChatRequest, Usage, chunk_decoder
 

@@ -22,7 +22,7 @@ from gateway.errors import (
 )
 from gateway.framing.ndjson import NDJSONDecoder
 from gateway.providers.base import Translated, UpstreamCall
-from gateway.providers.ollama import OllamaAdapter, OllamaStreamTranslator, finish_reason
+from gateway.providers.ollama.adapter import OllamaAdapter, OllamaStreamTranslator, finish_reason
 from gateway.providers.registry import make_adapter
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import ChatRequest

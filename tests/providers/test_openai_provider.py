@@ -21,7 +21,7 @@ from gateway.errors import (
 )
 from gateway.framing.sse import SSEDecoder, SSEEvent
 from gateway.providers.base import UpstreamCall
-from gateway.providers.openai import (
+from gateway.providers.openai.adapter import (
     ChatStreamTranslator,
     OpenAIAdapter,
     error_from_body,

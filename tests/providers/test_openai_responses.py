@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gateway.errors import UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEDecoder, SSEEvent
-from gateway.providers.openai_responses import ResponsesStreamTranslator
+from gateway.providers.openai.responses import ResponsesStreamTranslator
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import UNSET, ChatChunk, ToolCallDelta
 from tests.fixtures import FIXTURES

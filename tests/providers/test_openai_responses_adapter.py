@@ -12,10 +12,10 @@ import pytest
 
 from gateway.config import ProviderConfig, ProviderKey, Secret
 from gateway.errors import UpstreamProtocolError, UpstreamStreamError
-from gateway.providers.azure import AzureAdapter
+from gateway.providers.azure.adapter import AzureAdapter
 from gateway.providers.base import NativeRequest, UpstreamCall
-from gateway.providers.openai import OpenAIAdapter
-from gateway.providers.openai_responses import ResponsesStreamTranslator
+from gateway.providers.openai.adapter import OpenAIAdapter
+from gateway.providers.openai.responses import ResponsesStreamTranslator
 from gateway.wire.openai_chat import ChatRequest
 from tests.upstreams.openai_responses_upstream import (
     PARALLEL,

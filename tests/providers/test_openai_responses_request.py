@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from gateway.errors import BadRequest
-from gateway.providers.openai_responses_request import translate_request
+from gateway.providers.openai.responses_request import translate_request
 from gateway.wire.openai_chat import ChatRequest
 
 HI: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]

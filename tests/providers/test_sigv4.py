@@ -10,7 +10,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from gateway.providers.sigv4 import sign
+from gateway.providers.bedrock.sigv4 import sign
 
 BASE = "https://bedrock-runtime.us-east-1.amazonaws.com"
 CASES = [

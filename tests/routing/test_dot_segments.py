@@ -13,11 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.config import parse_config
-from gateway.embeddings.base import EmbeddingsCall, parse_input
-from gateway.embeddings.registry import embeddings_provider
 from gateway.errors import BadRequest
 from gateway.providers.base import DECODE_ROUNDS, UpstreamCall, has_dot_segment, path_segment
-from gateway.providers.registry import make_adapter
+from gateway.providers.embeddings import EmbeddingsCall, parse_input
+from gateway.providers.registry import embeddings_provider, make_adapter
 from gateway.routing.router import Router
 from gateway.wire.openai_chat import ChatRequest
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from gateway.config import Config, parse_config
 from gateway.errors import UnknownModel
-from gateway.providers.mock import MockAdapter
-from gateway.providers.openai import OpenAIAdapter
+from gateway.providers.mock.adapter import MockAdapter
+from gateway.providers.openai.adapter import OpenAIAdapter
 from gateway.providers.registry import make_adapter
 from gateway.routing.router import Attempt, Router, weighted_order
 

@@ -1,7 +1,7 @@
 """AWS Bedrock Converse API: `POST {base_url}/model/{model}/converse-stream` (AWS
 event-stream frames) and `/converse` (JSON). Sans-IO.
 
-The request is built in `bedrock_request.py` and signed with SigV4 (`sigv4.py`) for
+The request is built in `bedrock/request.py` and signed with SigV4 (`sigv4.py`) for
 `aws_access_key_id` keys, or sent with `Authorization: Bearer` for Bedrock API keys. The
 model id is percent-encoded as one path segment (`a:b` -> `a%3Ab`).
 
@@ -37,8 +37,8 @@ from gateway.providers.base import (
     status_error,
     tool_input_text,
 )
-from gateway.providers.bedrock_request import build_converse_request
-from gateway.providers.sigv4 import sign
+from gateway.providers.bedrock.request import build_converse_request
+from gateway.providers.bedrock.sigv4 import sign
 from gateway.wire import DECODE_ERRORS
 from gateway.wire.bedrock import (
     StreamEvent,

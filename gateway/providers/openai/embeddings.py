@@ -7,7 +7,7 @@ reach the upstream as sent. One call carries every input (the gateway caps a req
 OpenAI's own 2048 inputs). The answer may hold floats or base64 (when the client asked for
 base64, so did the upstream); either is decoded and the gateway renders the client's format.
 
-Azure, like its chat adapter (providers/azure.py): `{root}/openai/deployments/{deployment}/
+Azure, like its chat adapter (providers/azure/adapter.py): `{root}/openai/deployments/{deployment}/
 embeddings?api-version={api_version}` for a dated version, `{root}/openai/v1/embeddings`
 (`?api-version=preview` for `preview`) for the v1 API; the key goes in `api-key`.
 """
@@ -20,16 +20,16 @@ from urllib.parse import quote
 from msgspec import UNSET
 
 from gateway.config import ProviderConfig, effective_base_url
-from gateway.embeddings.base import (
+from gateway.errors import UpstreamProtocolError
+from gateway.providers.azure.adapter import V1_VERSIONS
+from gateway.providers.base import UpstreamRequest, path_segment
+from gateway.providers.embeddings import (
     EmbeddingsCall,
     Part,
     PartResult,
     decode_json,
     floats_of_base64,
 )
-from gateway.errors import UpstreamProtocolError
-from gateway.providers.azure import V1_VERSIONS
-from gateway.providers.base import UpstreamRequest, path_segment
 from gateway.wire.openai_embeddings import encoder, upstream_decoder
 
 

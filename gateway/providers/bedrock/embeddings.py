@@ -1,6 +1,6 @@
 """Embeddings on AWS Bedrock through InvokeModel: `POST {base_url}/model/{model}/invoke`,
 signed with SigV4 for `aws_access_key_id` keys or sent with `Authorization: Bearer` for
-Bedrock API keys (as providers/bedrock.py does for chat). Sans-IO.
+Bedrock API keys (as providers/bedrock/adapter.py does for chat). Sans-IO.
 
 Two model families, told apart by the model id (inference-profile prefixes such as `us.` are
 fine):
@@ -29,7 +29,10 @@ from typing import Any
 import msgspec
 
 from gateway.config import ProviderConfig, effective_base_url
-from gateway.embeddings.base import (
+from gateway.errors import BadRequest
+from gateway.providers.base import UpstreamRequest, path_segment
+from gateway.providers.bedrock.sigv4 import sign
+from gateway.providers.embeddings import (
     EmbeddingsCall,
     Part,
     PartResult,
@@ -38,9 +41,6 @@ from gateway.embeddings.base import (
     no_dimensions,
     texts_of,
 )
-from gateway.errors import BadRequest
-from gateway.providers.base import UpstreamRequest, path_segment
-from gateway.providers.sigv4 import sign
 
 COHERE_BATCH = 96
 DEFAULT_INPUT_TYPE = "search_document"

@@ -26,7 +26,7 @@ from gateway.providers.base import (
     path_segment,
     status_error,
 )
-from gateway.providers.gemini_request import build_body, signed_call_id
+from gateway.providers.gemini.request import build_body, signed_call_id
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import gemini as g
 from gateway.wire.openai_chat import (

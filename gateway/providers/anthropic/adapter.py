@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
-from gateway.providers.anthropic_request import answer_tool, build_messages_request
+from gateway.providers.anthropic.request import answer_tool, build_messages_request
 from gateway.providers.base import (
     Translated,
     UnaryResult,

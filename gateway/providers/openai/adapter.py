@@ -24,8 +24,8 @@ from gateway.providers.base import (
     UpstreamRequest,
     status_error,
 )
-from gateway.providers.openai_responses import ResponsesStreamTranslator, responses_unary_result
-from gateway.providers.openai_responses_request import responses_body
+from gateway.providers.openai.responses import ResponsesStreamTranslator, responses_unary_result
+from gateway.providers.openai.responses_request import responses_body
 from gateway.wire import DECODE_ERRORS
 from gateway.wire.openai_chat import (
     UNSET,

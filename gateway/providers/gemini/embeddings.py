@@ -25,7 +25,9 @@ from urllib.parse import quote
 import msgspec
 
 from gateway.config import ProviderConfig, effective_base_url
-from gateway.embeddings.base import (
+from gateway.errors import UpstreamConnectError
+from gateway.providers.base import UpstreamRequest, path_segment
+from gateway.providers.embeddings import (
     EmbeddingsCall,
     Part,
     PartResult,
@@ -33,8 +35,6 @@ from gateway.embeddings.base import (
     decode_json,
     texts_of,
 )
-from gateway.errors import UpstreamConnectError
-from gateway.providers.base import UpstreamRequest, path_segment
 
 GEMINI_BATCH = 100
 VERTEX_BATCH = 250

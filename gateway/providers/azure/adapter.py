@@ -30,7 +30,7 @@ from urllib.parse import quote
 from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError
 from gateway.providers.base import UpstreamCall, UpstreamRequest, path_segment
-from gateway.providers.openai import OpenAIAdapter, error_from_body, upstream_body
+from gateway.providers.openai.adapter import OpenAIAdapter, error_from_body, upstream_body
 
 V1_VERSIONS = frozenset({"v1", "preview"})
 

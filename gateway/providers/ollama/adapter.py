@@ -27,7 +27,7 @@ from gateway.providers.base import (
     UpstreamRequest,
     status_error,
 )
-from gateway.providers.ollama_request import build_body
+from gateway.providers.ollama.request import build_body
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import ollama as o
 from gateway.wire.openai_chat import (

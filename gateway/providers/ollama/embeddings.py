@@ -11,8 +11,8 @@ from collections.abc import Mapping
 import msgspec
 
 from gateway.config import ProviderConfig, effective_base_url
-from gateway.embeddings.base import EmbeddingsCall, Part, PartResult, decode_json, texts_of
 from gateway.providers.base import UpstreamRequest
+from gateway.providers.embeddings import EmbeddingsCall, Part, PartResult, decode_json, texts_of
 
 
 class EmbedRequest(msgspec.Struct, omit_defaults=True):

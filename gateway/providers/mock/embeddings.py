@@ -15,10 +15,10 @@ import struct
 from collections.abc import Mapping
 
 from gateway.config import ProviderConfig
-from gateway.embeddings.base import EmbeddingsCall, Part, PartResult, estimate_tokens
-from gateway.embeddings.openai import parse_openai
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamRequest
+from gateway.providers.embeddings import EmbeddingsCall, Part, PartResult, estimate_tokens
+from gateway.providers.openai.embeddings import parse_openai
 from gateway.wire.openai_embeddings import (
     Embedding,
     EmbeddingsResponse,

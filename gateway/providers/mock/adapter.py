@@ -14,7 +14,7 @@ from typing import Any
 from gateway.config import MockOptions, ProviderConfig
 from gateway.errors import UpstreamError
 from gateway.providers.base import UnaryResult, UpstreamCall, UpstreamRequest
-from gateway.providers.openai import ChatStreamTranslator, error_from_body
+from gateway.providers.openai.adapter import ChatStreamTranslator, error_from_body
 from gateway.wire.openai_chat import (
     ChatChunk,
     ChunkChoice,

@@ -1,6 +1,6 @@
 """The `vertex` kind: Gemini models on Google Cloud Vertex AI.
 
-The request body, the stream and the answers are Gemini's (providers/gemini.py); only the
+The request body, the stream and the answers are Gemini's (providers/gemini/adapter.py); only the
 URL (project, region, publisher model) and the credential differ: an OAuth access token
 from a service-account credentials file, fetched and cached by the actor's side
 (stream/credentials.py) and handed in as `call.access_token`. Sans-IO.
@@ -13,7 +13,7 @@ from urllib.parse import quote
 from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamConnectError
 from gateway.providers.base import UpstreamCall, UpstreamRequest
-from gateway.providers.gemini import GeminiAdapter
+from gateway.providers.gemini.adapter import GeminiAdapter
 
 
 class VertexAdapter(GeminiAdapter):

@@ -1,0 +1,1 @@
+"""The `gemini` kind: the Gemini API (generateContent, batchEmbedContents)."""

@@ -1,0 +1,1 @@
+"""The `ollama` kind: an Ollama server (/api/chat NDJSON, /api/embed)."""
