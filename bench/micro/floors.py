@@ -7,7 +7,7 @@
 each send the gateway's upstream request in a loop, in both modes (non-stream JSON, stream SSE
 with 20 content chunks, as bench.load), through
 - aiohttp: `ClientSession.request` + `content.readany()` to the end + `release()`, with the
-  options the gateway uses (gateway/app.py::_open_pool, gateway/stream/transport.py);
+  options the gateway uses (gateway/app.py::_open_pool, gateway/upstream/transport.py);
 - raw: a minimal keep-alive HTTP/1.1 client on `asyncio.Protocol` (one pre-built request
   head per target, Content-Length and chunked bodies, the body handed over per socket read).
   It is a measuring stick for "what a lean upstream client would cost", not production code:

@@ -105,7 +105,7 @@ def layer_of(frame: str) -> str | None:
             return LAYERS[10]
         if file.startswith("gateway/server/"):
             return LAYERS[1]
-        if file in ("gateway/stream/actor.py", "gateway/stream/transport.py"):
+        if file in ("gateway/stream/actor.py", "gateway/upstream/transport.py"):
             return LAYERS[2]
         if file.startswith("gateway/providers/"):
             return LAYERS[3]

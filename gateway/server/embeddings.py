@@ -67,9 +67,9 @@ from gateway.server.inference import (
 from gateway.server.limits import SLOTS
 from gateway.server.request_body import read_json_object, typed
 from gateway.server.state import REQUEST_ID, STATE, GatewayState
-from gateway.stream.http_client import UpstreamResponse
-from gateway.stream.outcome import count_move, final_error, report_failure, report_success
-from gateway.stream.transport import open_upstream, read_all
+from gateway.upstream.http_client import UpstreamResponse
+from gateway.upstream.outcome import count_move, final_error, report_failure, report_success
+from gateway.upstream.transport import open_upstream, read_all
 from gateway.wire.openai_chat import Usage
 from gateway.wire.openai_embeddings import EmbeddingsRequest, EmbeddingsUsage
 

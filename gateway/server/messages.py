@@ -49,8 +49,8 @@ from gateway.server.inference import prompt_estimate, refuse_while_draining, ser
 from gateway.server.limits import SLOTS, check_messages
 from gateway.server.request_body import read_json_object, typed
 from gateway.server.state import REQUEST_ID, STATE, GatewayState
-from gateway.stream.outcome import final_error
-from gateway.stream.transport import open_upstream, read_all
+from gateway.upstream.outcome import final_error
+from gateway.upstream.transport import open_upstream, read_all
 from gateway.wire.anthropic import InboundRequest
 from gateway.wire.openai_chat import ChatRequest
 

@@ -12,8 +12,8 @@ from aiohttp import web
 from gateway.config import Config
 from gateway.routing.router import Router
 from gateway.store.kv import KeyValueStore, make_kv
-from gateway.stream.credentials import AccessTokens
-from gateway.stream.http_client import HttpPool
+from gateway.upstream.credentials import AccessTokens
+from gateway.upstream.http_client import HttpPool
 
 
 class InFlight(Protocol):

@@ -9,7 +9,7 @@ The commit point: the first content or tool-call delta, or `commit_after_s` with
 Before it nothing has reached the client, so an upstream failure moves on to the next
 attempt; at it the status line and headers are sent; after it a failure becomes an error
 event in the stream. Deadlines (first byte, idle, total, commit, keep-alive) share one lazy
-`Alarm` per attempt (stream/alarm.py: an entry on the pool's clock, no event-loop timer of
+`Alarm` per attempt (upstream/alarm.py: an entry on the pool's clock, no event-loop timer of
 its own): it fires at the earliest deadline known when armed, and on firing the actor checks
 which deadline really passed and re-arms. What one upstream read brings leaves in one client
 write; when the upstream's end came in the same read, with the tail.
@@ -40,16 +40,17 @@ from gateway.routing.balancer import unavailable
 from gateway.routing.health import REFUSED
 from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.stream.alarm import Alarm
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.client_stream import ClientGone, ClientStream
-from gateway.stream.credentials import AccessTokens
 from gateway.stream.deadlines import Deadlines
-from gateway.stream.http_client import HttpPool, PendingResponse
 from gateway.stream.outbound import Outbound
-from gateway.stream.outcome import count_move, final_error, report_failure, report_success
 from gateway.stream.pipeline import ChunkPipeline
-from gateway.stream.transport import (
+from gateway.stream.unary import serve_accumulated, serve_unary
+from gateway.upstream.alarm import Alarm
+from gateway.upstream.credentials import AccessTokens
+from gateway.upstream.http_client import HttpPool, PendingResponse
+from gateway.upstream.outcome import count_move, final_error, report_failure, report_success
+from gateway.upstream.transport import (
     PlaybackBody,
     UpstreamBody,
     access_token,
@@ -57,7 +58,6 @@ from gateway.stream.transport import (
     send_upstream,
     speaks,
 )
-from gateway.stream.unary import serve_accumulated, serve_unary
 from gateway.wire.openai_chat import ChatRequest, Usage
 
 

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from gateway.errors import UpstreamTimeout
 from gateway.routing.router import Attempt
-from gateway.stream.transport import UpstreamBody, open_upstream, read_all
+from gateway.upstream.transport import UpstreamBody, open_upstream, read_all
 
 if TYPE_CHECKING:
     from gateway.stream.actor import StreamActor

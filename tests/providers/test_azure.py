@@ -16,7 +16,7 @@ from gateway.providers.azure.adapter import AzureAdapter
 from gateway.providers.base import UpstreamCall
 from gateway.providers.registry import make_adapter
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.stream.outcome import final_error
+from gateway.upstream.outcome import final_error
 from gateway.wire.openai_chat import ChatRequest
 
 KEY = "az-key-0123456789"

@@ -1,5 +1,5 @@
 """OpenAI adapter: the forwarded body, the request, the stream translator, error mapping,
-and what the client is told when every attempt failed (stream/outcome.py)."""
+and what the client is told when every attempt failed (upstream/outcome.py)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from gateway.providers.openai.adapter import (
     error_from_body,
     upstream_body,
 )
-from gateway.stream.outcome import final_error
+from gateway.upstream.outcome import final_error
 from gateway.wire.openai_chat import UNSET, ChatRequest
 from tests.fixtures import FIXTURES
 

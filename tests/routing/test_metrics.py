@@ -1,4 +1,4 @@
-"""What attempt outcomes do to the metrics and the log (gateway/stream/outcome.py, events.py)."""
+"""What attempt outcomes do to the metrics and the log (gateway/upstream/outcome.py, events.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from gateway.config import parse_config
 from gateway.errors import UpstreamStatusError, UpstreamTimeout
 from gateway.providers.registry import make_adapter
 from gateway.routing.router import Router
-from gateway.stream.outcome import count_move, error_kind, report_failure
+from gateway.upstream.outcome import count_move, error_kind, report_failure
 
 CONFIG = """
 routing: {circuit_failures: 2}

@@ -3,7 +3,7 @@
 The request body, the stream and the answers are Gemini's (providers/gemini/adapter.py); only the
 URL (project, region, publisher model) and the credential differ: an OAuth access token
 from a service-account credentials file, fetched and cached by the actor's side
-(stream/credentials.py) and handed in as `call.access_token`. Sans-IO.
+(upstream/credentials.py) and handed in as `call.access_token`. Sans-IO.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamProtocolError
-from gateway.stream import http_client
-from gateway.stream.http_client import HIGH_WATER, HttpPool, UpstreamResponse
+from gateway.upstream import http_client
+from gateway.upstream.http_client import HIGH_WATER, HttpPool, UpstreamResponse
 
 CONNECT_S = 2.0
 WAIT_S = 1.0  # the bound on waiting for anything the server should observe

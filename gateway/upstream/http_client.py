@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 from gateway.framing.http1 import END, ResponseHead, ResponseParser, encode_request
-from gateway.stream.alarm import AlarmClock
+from gateway.upstream.alarm import AlarmClock
 
 HIGH_WATER = 1 << 20  # buffered body bytes at which reading pauses
 IDLE_TTL_S = 30.0  # a pooled connection unused this long is closed rather than reused

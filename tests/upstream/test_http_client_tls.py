@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import UpstreamConnectError
-from gateway.stream.http_client import HttpPool
+from gateway.upstream.http_client import HttpPool
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 

@@ -16,8 +16,8 @@ from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamProtocol
 from gateway.providers.base import ProviderAdapter, UpstreamRequest
 from gateway.routing.retry_after import retry_after_s
 from gateway.routing.router import Attempt
-from gateway.stream.credentials import AccessTokens
-from gateway.stream.http_client import HttpPool, PendingResponse, UpstreamResponse
+from gateway.upstream.credentials import AccessTokens
+from gateway.upstream.http_client import HttpPool, PendingResponse, UpstreamResponse
 
 ERROR_BODY_LIMIT = 1 << 20
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import UpstreamConnectError
-from gateway.stream.credentials import REFRESH_MARGIN_S, AccessTokens, fetch_token
+from gateway.upstream.credentials import REFRESH_MARGIN_S, AccessTokens, fetch_token
 from tests.upstreams.gemini_upstream import FakeGemini
 from tests.vertex_credentials import service_account_file
 

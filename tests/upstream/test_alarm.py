@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from gateway.stream.alarm import Alarm, AlarmClock
+from gateway.upstream.alarm import Alarm, AlarmClock
 
 
 async def _guarded_sleep(alarm: Alarm, when: float, sleep_s: float) -> str:
