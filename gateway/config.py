@@ -3,13 +3,14 @@
 Owns the schema of the YAML config file (docs/configuration.md is its reference) and the
 public entry points: `parse_config`, `load_config`, `default_config`, `check_config`,
 `effective_base_url`. Reading YAML, interpolating `${VAR}` and converting field by field live in
-`config_parse`; the semantic rules live in `config_check`. A config is immutable once loaded;
-nothing here keeps state between calls. Imports nothing from the rest of the gateway.
+`config_parse`; the semantic rules live in `config_check`. A provider's config is its kind's
+own Struct (gateway/providers/<kind>/config.py, on `config_base.ProviderBase`), decoded from
+the union in providers/registry.py. A config is immutable once loaded; nothing here keeps
+state between calls.
 """
 
 from __future__ import annotations
 
-import hmac
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,45 +20,14 @@ import msgspec
 
 from gateway import config_check, config_parse
 
-
-class Secret:
-    """A credential whose repr and str hide it; `.reveal()` is the only way to read it.
-
-    Compares (in constant time) and hashes on the value, is truthy when non-empty, and is
-    never quoted in an error message.
-    """
-
-    __slots__ = ("_value",)
-    _value: str
-
-    def __init__(self, value: str) -> None:
-        object.__setattr__(self, "_value", value)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("Secret is immutable")
-
-    def reveal(self) -> str:
-        """The secret value itself: only for the one place that sends it upstream."""
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')" if self._value else "Secret('')"
-
-    __str__ = __repr__
-
-    def __bool__(self) -> bool:
-        return bool(self._value)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Secret):
-            return NotImplemented
-        return hmac.compare_digest(self._value.encode(), other._value.encode())
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-    def __reduce__(self) -> tuple[type[Secret], tuple[str]]:
-        return (Secret, (self._value,))
+# re-exported: the rest of the gateway reads these names from here
+from gateway.config_base import ProviderBase as ProviderBase
+from gateway.config_base import ProviderKey as ProviderKey
+from gateway.config_base import Secret as Secret
+from gateway.config_base import Timeouts as Timeouts
+from gateway.config_base import effective_base_url as effective_base_url
+from gateway.providers.registry import ProviderConfig as ProviderConfig
+from gateway.providers.registry import default_providers
 
 
 class LimitsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -127,58 +97,6 @@ class StoreConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
         if sep and "@" in netloc:
             rest = "***@" + netloc.rpartition("@")[2] + slash + tail
         return f"StoreConfig(url={scheme + sep + rest!r})"
-
-
-class ProviderKey(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    """One credential of a provider; a provider's keys are balanced by weight."""
-
-    key: Secret | None = None
-    name: str | None = None  # shown by /admin/health and in logs instead of a fingerprint
-    weight: int = 1
-    rpm: int | None = None
-    tpm: int | None = None
-    aws_access_key_id: Secret | None = None  # bedrock SigV4
-    aws_secret_access_key: Secret | None = None
-    aws_session_token: Secret | None = None
-    credentials_file: str | None = None  # vertex: a service account JSON file
-
-
-class Timeouts(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    """The named timeouts of one upstream attempt, in seconds."""
-
-    connect_s: float = 5.0
-    first_byte_s: float = 60.0
-    idle_s: float = 60.0  # longest silence between two upstream bytes
-    total_s: float = 600.0
-
-
-class MockOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    """The shape of the mock provider's stream."""
-
-    chunks: int = 12
-    delay_s: float = 0.0  # between chunks
-
-
-ProviderKind = Literal[
-    "openai", "azure", "anthropic", "gemini", "vertex", "bedrock", "ollama", "mock"
-]
-
-
-class ProviderConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    """An upstream: its kind (which adapter speaks to it), where it is, and its keys."""
-
-    name: str
-    kind: ProviderKind
-    base_url: str | None = None
-    keys: list[ProviderKey] = []
-    timeouts: Timeouts = Timeouts()
-    region: str | None = None  # bedrock, vertex
-    project: str | None = None  # vertex
-    api_version: str | None = None  # azure
-    mock: MockOptions | None = None  # mock
-    # client image/file URLs other than http(s) and data: (gs://, s3://...) are read with the
-    # gateway's cloud identity: refused unless the operator allows them for this provider
-    allow_storage_uris: bool = False
 
 
 class Price(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -308,57 +226,23 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Confi
     return parse_config(text, os.environ if env is None else env, source)
 
 
-_DEFAULT_BASE_URLS: Mapping[str, str] = {
-    "openai": "https://api.openai.com/v1",
-    "anthropic": "https://api.anthropic.com",
-    "gemini": "https://generativelanguage.googleapis.com",
-    "bedrock": "https://bedrock-runtime.{region}.amazonaws.com",
-    "vertex": "https://{region}-aiplatform.googleapis.com",
-    "ollama": "http://localhost:11434",
-    "mock": "mock://",
-}
-
-
-def effective_base_url(p: ProviderConfig) -> str:
-    """The provider's `base_url` without a trailing slash, else its kind's SDK default.
-
-    Raises ValueError for an azure provider without base_url, or a bedrock or vertex provider
-    without region (a validated config has them).
-    """
-    if p.base_url:
-        return p.base_url.rstrip("/")
-    if p.kind == "azure":
-        raise ValueError(f"provider {p.name!r}: azure needs a base_url")
-    if p.kind in ("bedrock", "vertex") and not p.region:
-        raise ValueError(f"provider {p.name!r}: {p.kind} needs a region")
-    if p.kind == "vertex" and p.region == "global":
-        return "https://aiplatform.googleapis.com"  # the global endpoint has no region prefix
-    return _DEFAULT_BASE_URLS[p.kind].format(region=p.region)
-
-
-_ENV_PROVIDERS: tuple[tuple[ProviderKind, str], ...] = (
-    ("openai", "OPENAI_API_KEY"),
-    ("anthropic", "ANTHROPIC_API_KEY"),
-    ("gemini", "GEMINI_API_KEY"),
-)
-
-
 def default_config(env: Mapping[str, str]) -> Config:
-    """The config served without a file: the mock model, plus a provider per API key in env.
+    """The config served without a file: the built-in mock model, plus a provider per API
+    key in env (each kind's `env_key`, docs/configuration.md).
 
-    Those providers are named after their kind (`openai`, `anthropic`, `gemini`) and are
-    reachable as `"<provider>/<model>"`; the store is sqlite in the working directory.
+    Those providers are named after their kind and are reachable as `"<provider>/<model>"`;
+    the store is sqlite in the working directory.
     """
-    providers = [ProviderConfig(name="mock", kind="mock")]
-    for kind, variable in _ENV_PROVIDERS:
-        if value := env.get(variable):
-            providers.append(
-                ProviderConfig(name=kind, kind=kind, keys=[ProviderKey(key=Secret(value))])
-            )
+    providers = default_providers(env)
+    models = [
+        ModelConfig(name=model, targets=[Target(provider=p.name, model=model)])
+        for p in providers
+        if (model := p.default_model) is not None
+    ]
     return Config(
         store=StoreConfig(url="sqlite:///./gateway.db"),
         providers=providers,
-        models=[ModelConfig(name="mock", targets=[Target(provider="mock", model="mock")])],
+        models=models,
     )
 
 

@@ -1,10 +1,12 @@
 """The semantic rules of the config: what a well-typed config must also satisfy to be served.
 
-Owns every cross-field and cross-section rule (unique names, targets naming providers, the
-credentials and fields each provider kind needs, ranges, URL shapes). `check` returns every
+Owns every cross-field and cross-section rule (unique names, targets naming providers, a
+target's `api` against what its provider's kind speaks, ranges, URL shapes); the fields and
+credentials a provider kind needs are its own config class's `problems()`. `check` returns every
 problem as `(path, message)` and raises nothing. It may be given a partially converted config
 (parts that failed to convert are `config_parse.BAD` and are skipped), so it reports what it can
-alongside the type errors. Imports from the gateway only `config_parse` (and `config` for types).
+alongside the type errors. Imports from the gateway only `config_parse`, `config_base` and
+the provider registry (and `config` for types).
 """
 
 from __future__ import annotations
@@ -16,35 +18,20 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from gateway.config_base import ProviderBase, Secret
 from gateway.config_parse import Path, Problem, is_bad
+from gateway.providers.registry import kinds_speaking
 
 if TYPE_CHECKING:
     from gateway.config import (
         Config,
         ModelConfig,
         ProviderConfig,
-        ProviderKey,
         StoreConfig,
         VirtualKeyConfig,
     )
+    from gateway.config_base import ProviderKey
 
-KEYLESS_KINDS = frozenset({"ollama", "mock"})
-RESPONSES_KINDS = frozenset({"openai", "azure"})
-
-# Fields that only some kinds use; set on another kind they would be silently ignored.
-_KIND_ONLY_FIELDS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("region", frozenset({"bedrock", "vertex"})),
-    ("project", frozenset({"vertex"})),
-    ("api_version", frozenset({"azure"})),
-    ("mock", frozenset({"mock"})),
-)
-_REQUIRED_FIELDS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("base_url", frozenset({"azure"})),
-    ("api_version", frozenset({"azure"})),
-    ("region", frozenset({"bedrock", "vertex"})),
-    ("project", frozenset({"vertex"})),
-)
-_AWS_FIELDS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 _STORE_FORMS = "memory://, sqlite:///PATH, redis://HOST:PORT/DB or rediss://HOST:PORT/DB"
 
 
@@ -58,7 +45,7 @@ def check(
     """
     providers = [p for p in config.providers if not is_bad(p)]
     models = [m for m in config.models if not is_bad(m)]
-    kinds = {p.name: p.kind for p in providers}
+    kinds = {p.name: p for p in providers}
     known_providers = provider_names | kinds.keys()
     return [
         *_check_server(config),
@@ -160,21 +147,13 @@ def _check_providers(providers: list[ProviderConfig]) -> Iterator[Problem]:
             yield (*here, "name"), "must not contain '/'"
         if p.base_url is not None and not _http_url(p.base_url):
             yield (*here, "base_url"), "must be an http:// or https:// URL"
-        for field, kinds in _REQUIRED_FIELDS:
-            if p.kind in kinds and not getattr(p, field):
-                yield (*here, field), f"required for kind '{p.kind}'"
-        for field, kinds in _KIND_ONLY_FIELDS:
-            if p.kind not in kinds and getattr(p, field) is not None:
-                yield (*here, field), "only for kind " + " or ".join(sorted(kinds))
-        if p.mock is not None:
-            yield from _at_least(p.mock.chunks, 1, (*here, "mock", "chunks"))
-            yield from _not_negative(p.mock.delay_s, (*here, "mock", "delay_s"))
-        if not p.keys and p.kind not in KEYLESS_KINDS:
-            yield (*here, "keys"), f"kind '{p.kind}' needs at least one key"
+        # the kind's own rules (its required fields, its credential forms)
+        for path, message in p.problems():
+            yield (*here, *path), message
         key_names: set[str] = set()
         for j, key in enumerate(p.keys):
             if not is_bad(key):
-                yield from _check_key(key, p.kind, (*here, "keys", j))
+                yield from _check_key(key, (*here, "keys", j))
                 if key.name is not None:
                     at: Path = (*here, "keys", j, "name")
                     yield from _check_name(key.name, key_names, "key", at)
@@ -192,55 +171,26 @@ def _http_url(url: str) -> bool:
 def _check_header_safe(key: ProviderKey, here: Path) -> Iterator[Problem]:
     """Secrets travel in HTTP headers: a line break or edge whitespace (the trailing newline
     of a secret file, typically) would corrupt the request. Never quotes the value."""
-    for field in ("key", *_AWS_FIELDS):
-        secret = getattr(key, field)
-        value = secret.reveal() if secret is not None else ""
+    for field in msgspec.structs.fields(key):
+        secret = getattr(key, field.name)
+        if not isinstance(secret, Secret):
+            continue
+        value = secret.reveal()
         if "\n" in value or "\r" in value:
-            yield (*here, field), "contains a line break (a trailing newline from a file?)"
+            yield (*here, field.name), "contains a line break (a trailing newline from a file?)"
         elif value != value.strip():
-            yield (*here, field), "starts or ends with whitespace"
+            yield (*here, field.name), "starts or ends with whitespace"
 
 
-def _check_key(key: ProviderKey, kind: str, here: Path) -> Iterator[Problem]:
+def _check_key(key: ProviderKey, here: Path) -> Iterator[Problem]:
     yield from _check_header_safe(key, here)
     yield from _at_least(key.weight, 1, (*here, "weight"))
     yield from _at_least(key.rpm, 1, (*here, "rpm"))
     yield from _at_least(key.tpm, 1, (*here, "tpm"))
-    if kind != "bedrock":
-        for field in _AWS_FIELDS:
-            if getattr(key, field) is not None:
-                yield (*here, field), "only for kind bedrock"
-    if kind != "vertex" and key.credentials_file is not None:
-        yield (*here, "credentials_file"), "only for kind vertex"
-    if kind == "bedrock":
-        yield from _check_bedrock_key(key, here)
-    elif kind == "vertex":
-        if not key.credentials_file:
-            yield (*here, "credentials_file"), "required for kind 'vertex'"
-        if key.key is not None:
-            yield (*here, "key"), "not used by kind vertex (use credentials_file)"
-    elif kind not in KEYLESS_KINDS:
-        if key.key is None:
-            yield (*here, "key"), f"required for kind '{kind}'"
-        elif not key.key:
-            yield (*here, "key"), "must not be empty"
-
-
-def _check_bedrock_key(key: ProviderKey, here: Path) -> Iterator[Problem]:
-    # Empty values count as absent, so `${AWS_ACCESS_KEY_ID:-}` can choose the SigV4 pair.
-    has_id, has_secret = bool(key.aws_access_key_id), bool(key.aws_secret_access_key)
-    if key.key and (has_id or has_secret):
-        yield here, "set either key or aws_access_key_id and aws_secret_access_key, not both"
-    elif has_id and not has_secret:
-        yield (*here, "aws_secret_access_key"), "required with aws_access_key_id"
-    elif has_secret and not has_id:
-        yield (*here, "aws_access_key_id"), "required with aws_secret_access_key"
-    elif not key.key and not has_id:
-        yield here, "needs key, or aws_access_key_id and aws_secret_access_key"
 
 
 def _check_models(
-    models: list[ModelConfig], kinds: Mapping[str, str], provider_names: Set[str]
+    models: list[ModelConfig], kinds: Mapping[str, ProviderBase], provider_names: Set[str]
 ) -> Iterator[Problem]:
     seen: set[str] = set()
     for i, m in enumerate(models):
@@ -259,12 +209,10 @@ def _check_models(
             if not t.model:
                 yield (*at, "model"), "must not be empty"
             yield from _at_least(t.weight, 1, (*at, "weight"))
-            kind = kinds.get(t.provider)
-            if t.api == "responses" and kind is not None and kind not in RESPONSES_KINDS:
-                yield (
-                    (*at, "api"),
-                    f"responses needs a provider of kind openai or azure, not {kind}",
-                )
+            provider = kinds.get(t.provider)
+            if provider is not None and t.api not in provider.apis:
+                able = " or ".join(kinds_speaking(t.api))
+                yield (*at, "api"), f"{t.api} needs a provider of kind {able}, not {provider.kind}"
         if m.price is not None:
             for field in (
                 "input_per_mtok",

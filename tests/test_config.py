@@ -17,6 +17,7 @@ from gateway.config import (
     Config,
     ConfigError,
     ModelConfig,
+    ProviderBase,
     ProviderConfig,
     ProviderKey,
     Secret,
@@ -29,6 +30,7 @@ from gateway.config import (
     parse_config,
 )
 from gateway.config_parse import format_path, interpolate
+from gateway.providers.registry import provider_config
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -165,10 +167,13 @@ STRUCTURAL = [
     ("providers: [{name: x}]", "providers[0].kind: missing required field"),
     (
         "providers: [{name: x, kind: opneai}]",
-        "providers[0].kind: must be one of openai, azure, anthropic, gemini, vertex, "
-        "bedrock, ollama, mock",
+        "providers[0].kind: must be one of anthropic, azure, bedrock, gemini, mock, "
+        "ollama, openai, vertex",
     ),
-    ("providers: [{name: m, kind: mock, nmae: 1}]", "providers[0].nmae: unknown field"),
+    (
+        "providers: [{name: m, kind: mock, nmae: 1}]",
+        "providers[0].nmae: not a field of kind 'mock'",
+    ),
     (
         "providers: [{name: m, kind: mock, keys: [{rpm: lots}]}]",
         "providers[0].keys[0].rpm: expected int, got str",
@@ -257,11 +262,11 @@ SEMANTIC = [
     ),
     (
         "providers: [{name: o, kind: openai, keys: [{key: k, aws_session_token: t}]}]",
-        "providers[0].keys[0].aws_session_token: only for kind bedrock",
+        "providers[0].keys[0].aws_session_token: not a field of kind 'openai'",
     ),
     (
         "providers: [{name: o, kind: openai, keys: [{key: k, credentials_file: f}]}]",
-        "providers[0].keys[0].credentials_file: only for kind vertex",
+        "providers[0].keys[0].credentials_file: not a field of kind 'openai'",
     ),
     (
         "providers: [{name: m, kind: mock, timeouts: {total_s: 0}}]",
@@ -317,19 +322,19 @@ SEMANTIC = [
     ),
     (
         "providers: [{name: o, kind: ollama, mock: {chunks: 3}}]",
-        "providers[0].mock: only for kind mock",
+        "providers[0].mock: not a field of kind 'ollama'",
     ),
     (
         "providers: [{name: o, kind: ollama, region: r}]",
-        "providers[0].region: only for kind bedrock or vertex",
+        "providers[0].region: not a field of kind 'ollama'",
     ),
     (
         "providers: [{name: o, kind: ollama, project: p}]",
-        "providers[0].project: only for kind vertex",
+        "providers[0].project: not a field of kind 'ollama'",
     ),
     (
         "providers: [{name: o, kind: ollama, api_version: v}]",
-        "providers[0].api_version: only for kind azure",
+        "providers[0].api_version: not a field of kind 'ollama'",
     ),
     (
         "providers: [{name: m, kind: mock, mock: {chunks: 0}}]",
@@ -372,7 +377,7 @@ SEMANTIC_WITH_BASE = [
     ),
     (
         "  - {name: n, targets: [{provider: an, model: c, api: responses}]}",
-        "models[1].targets[0].api: responses needs a provider of kind openai or azure, "
+        "models[1].targets[0].api: responses needs a provider of kind azure or openai, "
         "not anthropic",
     ),
     (
@@ -470,10 +475,11 @@ models:
         "store.url: expected memory://, sqlite:///PATH, redis://HOST:PORT/DB or "
         "rediss://HOST:PORT/DB",
         "providers[0].keys[0].key: environment variable OPENAI_API_KEY is not set",
-        "providers[1].kind: must be one of openai, azure, anthropic, gemini, vertex, bedrock, "
-        "ollama, mock",
+        "providers[1].kind: must be one of anthropic, azure, bedrock, gemini, mock, ollama, "
+        "openai, vertex",
+        # a provider missing a field its kind requires is not built: its other rules (keys)
+        # are checked once it is
         "providers[2].region: required for kind 'bedrock'",
-        "providers[2].keys: kind 'bedrock' needs at least one key",
         # providers[1] failed to convert, but its name is known: no "unknown provider 'x'".
         "models[0].targets[0].provider: unknown provider 'opneai'",
         "models[1].name: duplicate model name 'm'",
@@ -665,7 +671,7 @@ def test_store_repr_hides_a_url_password() -> None:
 
 def test_default_config_without_env_keys() -> None:
     config = default_config({"GEMINI_API_KEY": "", "PATH": "/bin"})
-    assert config.providers == [ProviderConfig(name="mock", kind="mock")]
+    assert config.providers == [provider_config(name="mock", kind="mock")]
     assert config.models == [
         ModelConfig(name="mock", targets=[Target(provider="mock", model="mock")])
     ]
@@ -682,11 +688,11 @@ def test_default_config_with_env_keys() -> None:
     config = default_config(env)
     assert [(p.name, p.kind) for p in config.providers] == [
         ("mock", "mock"),
-        ("openai", "openai"),
         ("anthropic", "anthropic"),
         ("gemini", "gemini"),
+        ("openai", "openai"),
     ]
-    assert config.providers[1].keys == [ProviderKey(key=Secret("sk-o"))]
+    assert config.providers[3].keys == [ProviderKey(key=Secret("sk-o"))]
     assert [m.name for m in config.models] == ["mock"]
     assert "sk-o" not in repr(config)
 
@@ -694,26 +700,28 @@ def test_default_config_with_env_keys() -> None:
 @pytest.mark.parametrize(
     ("provider", "url"),
     [
-        (ProviderConfig(name="o", kind="openai"), "https://api.openai.com/v1"),
-        (ProviderConfig(name="a", kind="anthropic"), "https://api.anthropic.com"),
-        (ProviderConfig(name="g", kind="gemini"), "https://generativelanguage.googleapis.com"),
+        (provider_config(name="o", kind="openai"), "https://api.openai.com/v1"),
+        (provider_config(name="a", kind="anthropic"), "https://api.anthropic.com"),
+        (provider_config(name="g", kind="gemini"), "https://generativelanguage.googleapis.com"),
         (
-            ProviderConfig(name="b", kind="bedrock", region="eu-west-1"),
+            provider_config(name="b", kind="bedrock", region="eu-west-1"),
             "https://bedrock-runtime.eu-west-1.amazonaws.com",
         ),
         (
-            ProviderConfig(name="v", kind="vertex", region="us-central1"),
+            provider_config(name="v", kind="vertex", region="us-central1", project="p"),
             "https://us-central1-aiplatform.googleapis.com",
         ),
         (
-            ProviderConfig(name="v", kind="vertex", region="global"),
+            provider_config(name="v", kind="vertex", region="global", project="p"),
             "https://aiplatform.googleapis.com",
         ),
-        (ProviderConfig(name="l", kind="ollama"), "http://localhost:11434"),
-        (ProviderConfig(name="m", kind="mock"), "mock://"),
-        (ProviderConfig(name="o", kind="openai", base_url="http://h:1/v1/"), "http://h:1/v1"),
+        (provider_config(name="l", kind="ollama"), "http://localhost:11434"),
+        (provider_config(name="m", kind="mock"), "mock://"),
+        (provider_config(name="o", kind="openai", base_url="http://h:1/v1/"), "http://h:1/v1"),
         (
-            ProviderConfig(name="z", kind="azure", base_url="https://r.openai.azure.com"),
+            provider_config(
+                name="z", kind="azure", base_url="https://r.openai.azure.com", api_version="v1"
+            ),
             "https://r.openai.azure.com",
         ),
     ],
@@ -723,12 +731,28 @@ def test_effective_base_url(provider: ProviderConfig, url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "provider",
-    [ProviderConfig(name="z", kind="azure"), ProviderConfig(name="b", kind="bedrock")],
+    ("kind", "missing"),
+    [("azure", "base_url"), ("azure", "api_version"), ("bedrock", "region"), ("vertex", "project")],
 )
-def test_effective_base_url_needs_what_validation_requires(provider: ProviderConfig) -> None:
-    with pytest.raises(ValueError, match=provider.kind):
-        effective_base_url(provider)
+def test_a_kind_s_required_fields_are_required_by_its_type(kind: str, missing: str) -> None:
+    fields = {"base_url": "https://r.example", "api_version": "v1", "region": "r", "project": "p"}
+    fields.pop(missing)
+    if kind == "bedrock":
+        fields = {"region": fields["region"]} if "region" in fields else {}
+    elif kind == "vertex":
+        fields = {k: fields[k] for k in ("region", "project") if k in fields}
+    else:
+        fields = {k: fields[k] for k in ("base_url", "api_version") if k in fields}
+    with pytest.raises(TypeError, match=missing):
+        provider_config(name="p", kind=kind, **fields)
+
+
+def test_a_kind_without_a_default_base_url_says_so() -> None:
+    class Bare(ProviderBase, tag="bare", kw_only=True, frozen=True):
+        kind = "bare"
+
+    with pytest.raises(ValueError, match="bare"):
+        effective_base_url(Bare(name="x"))
 
 
 # --- files and check-config ----------------------------------------------------------------

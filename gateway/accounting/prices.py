@@ -7,13 +7,13 @@ cost is kept as an integer count of nanodollars (1e-9 USD): exact, summable by a
 contract asks for. Arithmetic is Decimal, rounded half-up to the nanodollar once per request.
 
 Lookup takes what an upstream or a config calls a model and finds its table entry: a
-provider prefix (`openai/gpt-4.1`, `models/gemini-2.5-pro`), a Bedrock region and vendor
-prefix and version suffix (`us.anthropic.claude-sonnet-4-5-20250929-v1:0`), a Vertex
+provider prefix (`openai/gpt-4.1`, `models/gemini-2.5-pro`), what the kind's spec strips
+(`ProviderSpec.price_id`: a Bedrock region and vendor prefix and version suffix), a
 `@date` and a dated id (`gpt-4.1-2025-04-14`, `claude-sonnet-4-5-20250929`) all resolve to
 the base entry; failing that, the longest table id that the name extends at a `-` boundary
-(`gemini-2.5-flash-preview-09-2025` -> `gemini-2.5-flash`). Models of the `ollama` and
-`mock` kinds are free (self-hosted); anything else not found has no price (cost 0, and the
-caller logs it once).
+(`gemini-2.5-flash-preview-09-2025` -> `gemini-2.5-flash`). The models of a self-hosted kind
+(`ProviderSpec.self_hosted`) are free; anything else not found has no price (cost 0, and
+the caller logs it once).
 """
 
 from __future__ import annotations
@@ -26,15 +26,13 @@ from importlib import resources
 from typing import Any
 
 from gateway.config import Price
+from gateway.providers.registry import spec_of
 from gateway.wire.openai_chat import UNSET, Usage
 
 NANOS_PER_USD = 10**9
 # USD per Mtok == microdollars per token == 1000 nanodollars per token
 _NANOS_PER_TOKEN_PER_MTOK_PRICE = Decimal(1000)
 _DATED = re.compile(r"(@\d{8}|-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
-_BEDROCK_REGION = re.compile(r"^(us|eu|apac|global|us-gov|jp|au)\.")
-_BEDROCK_VENDOR = re.compile(r"^(anthropic|amazon|meta|cohere|mistral|ai21)\.")
-_BEDROCK_VERSION = re.compile(r"-v\d+(:\d+)?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,20 +145,20 @@ def nanos_of_usd(value: float | int | str | Decimal) -> int:
     return int((amount * NANOS_PER_USD).to_integral_value(ROUND_HALF_UP))
 
 
-def normalize(model: str) -> str:
+def normalize(model: str, kind: str | None = None) -> str:
+    """The table's name for upstream model id `model`: lower case, without a provider
+    prefix, then as the kind's spec names it (`ProviderSpec.price_id`)."""
     name = model.strip().lower().rpartition("/")[2]
-    name = _BEDROCK_REGION.sub("", name, count=1)
-    name = _BEDROCK_VENDOR.sub("", name, count=1)
-    return _BEDROCK_VERSION.sub("", name, count=1)
+    spec = spec_of(kind) if kind is not None else None
+    return spec.price_id(name) if spec is not None else name
 
 
 class PriceTable:
-    """The shipped table plus the kinds whose models are free."""
+    """The shipped table; a self-hosted kind's models (`ProviderSpec.self_hosted`) are free."""
 
-    def __init__(self, entries: dict[str, ModelPrice], free_kinds: frozenset[str]) -> None:
+    def __init__(self, entries: dict[str, ModelPrice]) -> None:
         self._entries = entries
         self._by_length = sorted(entries, key=len, reverse=True)
-        self.free_kinds = free_kinds
         # every request looks its price up: the answer for a (model, kind) never changes,
         # and the names come from the config and upstream answers (bounded below anyway)
         self._found: dict[tuple[str, str | None], ModelPrice | None] = {}
@@ -180,7 +178,7 @@ class PriceTable:
             )
             for row in data["models"]
         }
-        return cls(entries, frozenset(data["free_kinds"]))
+        return cls(entries)
 
     def lookup(self, model: str, kind: str | None = None) -> ModelPrice | None:
         """The price of upstream model id `model` served by a provider of `kind`."""
@@ -196,9 +194,10 @@ class PriceTable:
         return found
 
     def _lookup(self, model: str, kind: str | None) -> ModelPrice | None:
-        if kind in self.free_kinds:
+        spec = spec_of(kind) if kind is not None else None
+        if spec is not None and spec.self_hosted:
             return FREE
-        name = normalize(model)
+        name = normalize(model, kind)
         found = self._entries.get(name)
         if found is not None:
             return found

@@ -48,8 +48,7 @@ def configured_secrets(config: Config) -> list[str]:
     found: list[Secret | str | None] = [config.auth.master_key]
     for provider in config.providers:
         for key in provider.keys:
-            found += [key.key, key.aws_access_key_id, key.aws_secret_access_key]
-            found.append(key.aws_session_token)
+            found += key.secrets()
     found += [k.key for k in config.keys]
     found.append(urlsplit(config.store.url).password)
     values = {s.reveal() if isinstance(s, Secret) else s for s in found if s}

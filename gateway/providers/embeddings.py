@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 import msgspec
 
-from gateway.config import ProviderConfig, ProviderKey
+from gateway.config_base import ProviderBase, ProviderKey
 from gateway.errors import BadRequest, UpstreamProtocolError
-from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import TokenSource, UpstreamRequest
 from gateway.wire import DECODE_ERRORS
 from gateway.wire.openai_embeddings import (
     Embedding,
@@ -98,11 +98,11 @@ class EmbeddingsCall(msgspec.Struct, kw_only=True):
     inputs: Inputs
     body: dict[str, Any]  # the client's JSON as sent (OpenAI-compatible upstreams get it)
     dimensions: int | None
-    provider: ProviderConfig
+    provider: ProviderBase
     key: ProviderKey | None
     model: str  # the upstream model id
     now: datetime  # for request signing (sans-IO: the clock is read by the caller)
-    access_token: str | None = None  # vertex: the OAuth token the handler fetched
+    access_token: str | None = None  # the token of the family's `token_source`
 
 
 class Part(msgspec.Struct, kw_only=True):
@@ -121,8 +121,11 @@ class PartResult(msgspec.Struct, kw_only=True):
 class EmbeddingsProvider(Protocol):
     """One provider family's embeddings, configured for one provider entry."""
 
-    needs_access_token: bool  # True: the handler fetches an OAuth token for the key first
     takes_token_ids: bool  # False: token-id input is a 400 (checked before any credential)
+
+    def token_source(self, key: ProviderKey | None) -> TokenSource | None:
+        """The access token `key` needs fetched first (None: none), as for chat."""
+        ...
 
     def plan(self, call: EmbeddingsCall) -> list[Part]: ...
 

@@ -2,10 +2,11 @@
 
 The forms, in the order they are believed (the first one present and readable wins):
 
-    retry-after-ms                       milliseconds (OpenAI's SDKs honour it first too)
-    retry-after                          seconds, or an HTTP date (RFC 9110)
-    x-ratelimit-reset-requests/-tokens   OpenAI: Go-style durations "1s", "6m0s", "20ms"
-    anthropic-ratelimit-*-reset          Anthropic: RFC 3339 times
+    retry-after-ms     milliseconds (OpenAI's SDKs honour it first too)
+    retry-after        seconds, or an HTTP date (RFC 9110)
+    reset families     what the provider's adapter declares (`ResetHeaders`, its
+                       `rate_limits`): a remaining count and a reset per limit, the reset
+                       as a Go-style duration ("1s", "6m0s", "20ms") or an RFC 3339 time
 
 For the reset families, the limits that are spent (`...-remaining` is 0) say how long; when
 none is known to be spent the soonest reset is taken. The wall clock `now` is passed in.
@@ -20,29 +21,26 @@ from collections.abc import Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 
+from gateway.providers.spec import ResetHeaders
+
 MAX_WAIT_S = 3600.0
 
 _GO_DURATION = re.compile(r"(?:(\d+(?:\.\d*)?|\.\d+)(h|ms|m|s|us|µs|ns))")
 _GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-_OPENAI_LIMITS = ("requests", "tokens")
-_ANTHROPIC_LIMITS = ("requests", "tokens", "input-tokens", "output-tokens")
 
 
-def retry_after_s(headers: Mapping[str, str], now: float) -> float | None:
+def retry_after_s(
+    headers: Mapping[str, str], now: float, families: tuple[ResetHeaders, ...] = ()
+) -> float | None:
     """Seconds to wait before this key is asked again, or None when the answer does not say.
-    `headers` have lower-case names; `now` is the wall clock (unix seconds)."""
-    for wait in (
+    `headers` have lower-case names; `now` is the wall clock (unix seconds); `families` the
+    provider's rate-limit headers."""
+    waits = [
         _milliseconds(headers.get("retry-after-ms")),
         _retry_after(headers.get("retry-after"), now),
-        _resets(headers, "x-ratelimit-remaining-{}", "x-ratelimit-reset-{}", _OPENAI_LIMITS, now),
-        _resets(
-            headers,
-            "anthropic-ratelimit-{}-remaining",
-            "anthropic-ratelimit-{}-reset",
-            _ANTHROPIC_LIMITS,
-            now,
-        ),
-    ):
+    ]
+    waits += [_resets(headers, family, now) for family in families]
+    for wait in waits:
         if wait is not None:
             return min(max(wait, 0.0), MAX_WAIT_S)
     return None
@@ -105,23 +103,17 @@ def _rfc3339_s(value: str, now: float) -> float | None:
     return when.timestamp() - now
 
 
-def _resets(
-    headers: Mapping[str, str],
-    remaining_name: str,
-    reset_name: str,
-    limits: tuple[str, ...],
-    now: float,
-) -> float | None:
+def _resets(headers: Mapping[str, str], family: ResetHeaders, now: float) -> float | None:
     spent: list[float] = []
     other: list[float] = []
-    for limit in limits:
-        raw = headers.get(reset_name.format(limit))
+    for limit in family.limits:
+        raw = headers.get(family.reset.format(limit))
         if raw is None:
             continue
-        wait = go_duration_s(raw) if reset_name.startswith("x-") else _rfc3339_s(raw, now)
+        wait = go_duration_s(raw) if family.form == "duration" else _rfc3339_s(raw, now)
         if wait is None:
             continue
-        remaining = _number(headers.get(remaining_name.format(limit)))
+        remaining = _number(headers.get(family.remaining.format(limit)))
         (spent if remaining is not None and remaining <= 0 else other).append(wait)
     if spent:
         return max(spent)

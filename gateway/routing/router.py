@@ -60,9 +60,7 @@ def fingerprint(key: ProviderKey | None, length: int = 8) -> str:
     showing it. `-` for a provider without keys."""
     if key is None:
         return "-"
-    secret = key.key or key.aws_access_key_id
-    material = secret.reveal() if secret else (key.credentials_file or "")
-    return hashlib.sha256(material.encode()).hexdigest()[:length]
+    return hashlib.sha256(key.identity().encode()).hexdigest()[:length]
 
 
 class Router:

@@ -12,7 +12,6 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.config import ProviderConfig
 from gateway.errors import BadRequest, UpstreamProtocolError
 from gateway.providers.base import UpstreamRequest
 from gateway.providers.embeddings import (
@@ -27,10 +26,10 @@ from gateway.providers.embeddings import (
     parse_input,
     render,
 )
-from gateway.providers.registry import embeddings_provider
+from gateway.providers.registry import embeddings_provider, provider_config
 from tests.embeddings.calls import make_call
 
-MOCK = ProviderConfig(name="m", kind="mock")
+MOCK = provider_config(name="m", kind="mock")
 
 
 @pytest.mark.parametrize(
@@ -149,12 +148,12 @@ def test_render_is_the_openai_shape() -> None:
 
 def test_a_kind_without_embeddings_is_a_400() -> None:
     with pytest.raises(BadRequest, match="no embeddings API") as caught:
-        embeddings_provider(ProviderConfig(name="claude", kind="anthropic"))
+        embeddings_provider(provider_config(name="claude", kind="anthropic"))
     assert caught.value.param == "model"
 
 
 def test_token_ids_to_a_text_only_provider_are_a_400() -> None:
-    gemini = ProviderConfig(name="g", kind="gemini", base_url="http://g")
+    gemini = provider_config(name="g", kind="gemini", base_url="http://g")
     call = make_call(gemini, "text-embedding-004", [[1, 2]])
     with pytest.raises(BadRequest, match="embeds text only") as caught:
         embeddings_provider(gemini).plan(call)

@@ -6,16 +6,18 @@ import json
 
 import pytest
 
-from gateway.config import ProviderConfig, ProviderKey, Secret
+from gateway.config import ProviderKey, Secret
 from gateway.errors import BadRequest
+from gateway.providers.bedrock.config import BedrockKey
 from gateway.providers.bedrock.embeddings import BedrockEmbeddings
 from gateway.providers.bedrock.sigv4 import sign
 from gateway.providers.embeddings import merge
+from gateway.providers.registry import provider_config
 from tests.embeddings.calls import NOW, make_call
 
-SIGV4 = ProviderKey(aws_access_key_id=Secret("AKIDEXAMPLE"), aws_secret_access_key=Secret("s3cr3t"))
+SIGV4 = BedrockKey(aws_access_key_id=Secret("AKIDEXAMPLE"), aws_secret_access_key=Secret("s3cr3t"))
 BEARER = ProviderKey(key=Secret("bedrock-api-key"))
-BEDROCK = ProviderConfig(
+BEDROCK = provider_config(
     name="br", kind="bedrock", region="eu-west-1", base_url="https://br.example", keys=[SIGV4]
 )
 
@@ -74,7 +76,7 @@ def test_titan_answers_merge_in_order_with_their_token_counts() -> None:
 
 
 def test_cohere_batches_of_96_with_input_type() -> None:
-    bearer = ProviderConfig(name="b", kind="bedrock", region="us-east-1", keys=[BEARER])
+    bearer = provider_config(name="b", kind="bedrock", region="us-east-1", keys=[BEARER])
     texts = [f"doc {i}" for i in range(200)]
     body = {"model": "x", "input": texts, "input_type": "search_query"}
     call = make_call(bearer, "cohere.embed-english-v3", texts, body=body)

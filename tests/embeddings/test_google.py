@@ -6,22 +6,25 @@ import json
 
 import pytest
 
-from gateway.config import ProviderConfig, ProviderKey, Secret
+from gateway.config import ProviderKey, Secret
 from gateway.errors import UpstreamConnectError, UpstreamProtocolError
 from gateway.providers.embeddings import merge
-from gateway.providers.gemini.embeddings import GeminiEmbeddings, VertexAIEmbeddings
+from gateway.providers.gemini.embeddings import GeminiEmbeddings
+from gateway.providers.registry import provider_config
+from gateway.providers.vertex.config import VertexKey
+from gateway.providers.vertex.embeddings import VertexAIEmbeddings
 from tests.embeddings.calls import make_call
 
-GEMINI = ProviderConfig(
+GEMINI = provider_config(
     name="g", kind="gemini", base_url="https://gl.example", keys=[ProviderKey(key=Secret("AIza"))]
 )
-VERTEX = ProviderConfig(
+VERTEX = provider_config(
     name="v",
     kind="vertex",
     base_url="https://europe-west4-aiplatform.googleapis.com",
     project="proj",
     region="europe-west4",
-    keys=[ProviderKey(credentials_file="/sa.json")],
+    keys=[VertexKey(credentials_file="/sa.json")],
 )
 
 

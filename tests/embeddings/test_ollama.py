@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 
-from gateway.config import ProviderConfig, ProviderKey, Secret
+from gateway.config import ProviderKey, Secret
 from gateway.providers.embeddings import merge
 from gateway.providers.ollama.embeddings import OllamaEmbeddings
+from gateway.providers.registry import provider_config
 from tests.embeddings.calls import make_call
 
 
 def test_one_call_with_every_input_and_dimensions() -> None:
-    provider = ProviderConfig(name="ol", kind="ollama", base_url="http://ol:11434/")
+    provider = provider_config(name="ol", kind="ollama", base_url="http://ol:11434/")
     call = make_call(provider, "all-minilm", ["a", "b"], dimensions=64)
     [part] = OllamaEmbeddings(provider).plan(call)
     assert part.request.url == "http://ol:11434/api/embed"
@@ -34,7 +35,7 @@ def test_one_call_with_every_input_and_dimensions() -> None:
 
 
 def test_a_key_is_a_bearer_and_no_dimensions_sends_none() -> None:
-    provider = ProviderConfig(
+    provider = provider_config(
         name="ol", kind="ollama", base_url="https://ollama.com", keys=[ProviderKey(key=Secret("k"))]
     )
     [part] = OllamaEmbeddings(provider).plan(make_call(provider, "m", "hi"))

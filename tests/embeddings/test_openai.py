@@ -11,13 +11,15 @@ import pytest
 
 from gateway.config import ProviderConfig, ProviderKey, Secret
 from gateway.errors import BadRequest, UpstreamProtocolError
+from gateway.providers.azure.embeddings import AzureEmbeddings
 from gateway.providers.embeddings import merge
 from gateway.providers.mock.embeddings import MockEmbeddings, mock_vector, seed_of
-from gateway.providers.openai.embeddings import AzureEmbeddings, OpenAIEmbeddings
+from gateway.providers.openai.embeddings import OpenAIEmbeddings
+from gateway.providers.registry import provider_config
 from tests.embeddings.calls import make_call
 
 KEY = ProviderKey(key=Secret("sk-up"))
-OPENAI = ProviderConfig(name="oa", kind="openai", base_url="https://api.example/v1/", keys=[KEY])
+OPENAI = provider_config(name="oa", kind="openai", base_url="https://api.example/v1/", keys=[KEY])
 
 
 def test_openai_request_forwards_the_client_body_with_the_upstream_model() -> None:
@@ -84,7 +86,7 @@ def test_openai_answer_that_is_not_json_is_a_protocol_error() -> None:
 
 
 def _azure(base: str, version: str | None) -> ProviderConfig:
-    return ProviderConfig(name="az", kind="azure", base_url=base, api_version=version, keys=[KEY])
+    return provider_config(name="az", kind="azure", base_url=base, api_version=version, keys=[KEY])
 
 
 @pytest.mark.parametrize(
@@ -117,7 +119,7 @@ def test_azure_urls_and_api_key_header(base: str, version: str, url: str) -> Non
     assert json.loads(part.request.body)["model"] == "my dep"
 
 
-MOCK = ProviderConfig(name="mock", kind="mock")
+MOCK = provider_config(name="mock", kind="mock")
 
 
 def _mock_answer(value: object, dimensions: int | None = None) -> tuple[list[list[float]], int]:

@@ -18,7 +18,8 @@ from gateway.config import ProviderConfig, ProviderKey, Secret
 from gateway.errors import UpstreamError
 from gateway.framing.registry import make_decoder
 from gateway.providers.base import NativeRequest, ProviderAdapter, UnaryResult, UpstreamCall
-from gateway.providers.registry import make_adapter
+from gateway.providers.bedrock.config import BedrockKey
+from gateway.providers.registry import make_adapter, provider_config
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.pipeline import ChunkPipeline
@@ -26,15 +27,15 @@ from gateway.wire.openai_chat import ChatCompletion, ChatRequest
 from tests.fuzz.contract import ContractBroken, chat_sse_events, check, pieces, split
 
 _KEY = ProviderKey(key=Secret("sk-fuzz"))
-_BEDROCK_KEY = ProviderKey(
+_BEDROCK_KEY = BedrockKey(
     aws_access_key_id=Secret("AKIDFUZZ"), aws_secret_access_key=Secret("fuzz-secret")
 )
 PROVIDERS: dict[str, ProviderConfig] = {
-    "openai": ProviderConfig(name="oa", kind="openai", keys=[_KEY]),
-    "anthropic": ProviderConfig(name="an", kind="anthropic", keys=[_KEY]),
-    "gemini": ProviderConfig(name="ge", kind="gemini", keys=[_KEY]),
-    "ollama": ProviderConfig(name="ol", kind="ollama"),
-    "bedrock": ProviderConfig(name="br", kind="bedrock", region="us-east-1", keys=[_BEDROCK_KEY]),
+    "openai": provider_config(name="oa", kind="openai", keys=[_KEY]),
+    "anthropic": provider_config(name="an", kind="anthropic", keys=[_KEY]),
+    "gemini": provider_config(name="ge", kind="gemini", keys=[_KEY]),
+    "ollama": provider_config(name="ol", kind="ollama"),
+    "bedrock": provider_config(name="br", kind="bedrock", region="us-east-1", keys=[_BEDROCK_KEY]),
 }
 _BODY: dict[str, Any] = {
     "model": "fuzz",

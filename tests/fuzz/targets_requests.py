@@ -14,14 +14,14 @@ from typing import Any
 
 import msgspec
 
-from gateway.config import ProviderConfig, ProviderKey, Secret
+from gateway.config import ProviderKey, Secret
 from gateway.emulation.envelope import MAX_ENVELOPE_CHARS, EmulatedCall, EnvelopeScanner
 from gateway.errors import BadRequest, ClientError, UpstreamError
 from gateway.inbound.messages_request import CanonicalRequest, translate_request
 from gateway.inbound.responses_request import ResponsesRequest, to_chat
 from gateway.providers.embeddings import EmbeddingsCall, Inputs, merge, parse_input, render
 from gateway.providers.openai.adapter import forwardable
-from gateway.providers.registry import embeddings_provider
+from gateway.providers.registry import embeddings_provider, provider_config
 from gateway.server.request_body import typed
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
@@ -73,25 +73,25 @@ def responses_request(data: bytes) -> None:
 
 
 _EMBEDDING_PROVIDERS = {
-    "openai": (ProviderConfig(name="oa", kind="openai"), "text-embedding-3-small"),
-    "gemini": (ProviderConfig(name="ge", kind="gemini"), "gemini-embedding-001"),
+    "openai": (provider_config(name="oa", kind="openai"), "text-embedding-3-small"),
+    "gemini": (provider_config(name="ge", kind="gemini"), "gemini-embedding-001"),
     "vertex": (
-        ProviderConfig(name="vx", kind="vertex", project="p", region="us-central1"),
+        provider_config(name="vx", kind="vertex", project="p", region="us-central1"),
         "text-embedding-005",
     ),
     "titan": (
-        ProviderConfig(
+        provider_config(
             name="br", kind="bedrock", region="us-east-1", keys=[ProviderKey(key=Secret("k"))]
         ),
         "amazon.titan-embed-text-v2:0",
     ),
     "cohere": (
-        ProviderConfig(
+        provider_config(
             name="br", kind="bedrock", region="us-east-1", keys=[ProviderKey(key=Secret("k"))]
         ),
         "cohere.embed-english-v3",
     ),
-    "ollama": (ProviderConfig(name="ol", kind="ollama"), "nomic-embed-text"),
+    "ollama": (provider_config(name="ol", kind="ollama"), "nomic-embed-text"),
 }
 EMBEDDING_FAMILIES = list(_EMBEDDING_PROVIDERS)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import ProviderConfig, ProviderKey, Secret
+from gateway.config import ProviderKey, Secret
 from gateway.emulation.envelope import EnvelopeScanner
 from gateway.errors import BadRequest, UpstreamProtocolError
 from gateway.framing.http1 import ResponseParser
@@ -14,6 +14,7 @@ from gateway.providers.bedrock.embeddings import BedrockEmbeddings
 from gateway.providers.embeddings import EmbeddingsCall, Inputs
 from gateway.providers.gemini.request import signature_of, signed_call_id
 from gateway.providers.openai.adapter import ChatStreamTranslator
+from gateway.providers.registry import provider_config
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.pipeline import ChunkPipeline
@@ -144,7 +145,7 @@ def test_status_code_of_non_ascii_digits_is_a_protocol_error(digits: str) -> Non
 
 def test_token_count_header_of_non_ascii_digits_is_ignored() -> None:
     """Found: `int("¹")` raised ValueError on Bedrock's token-count header."""
-    provider = ProviderConfig(
+    provider = provider_config(
         name="br", kind="bedrock", region="us-east-1", keys=[ProviderKey(key=Secret("k"))]
     )
     family = BedrockEmbeddings(provider)

@@ -17,6 +17,7 @@ from gateway.errors import BadRequest
 from gateway.inbound.client_urls import check_request, url_allowed
 from gateway.providers.base import NativeRequest, UpstreamCall
 from gateway.providers.gemini.request import build_body
+from gateway.providers.registry import provider_config
 from gateway.wire.openai_chat import ChatRequest, Message
 
 GS = "gs://operator-bucket/secret.png"
@@ -59,7 +60,7 @@ class Attempt(msgspec.Struct, frozen=True):
 
 def plan(*allow: bool) -> list[Attempt]:
     return [
-        Attempt(ProviderConfig(name=f"p{i}", kind="gemini", allow_storage_uris=a))
+        Attempt(provider_config(name=f"p{i}", kind="gemini", allow_storage_uris=a))
         for i, a in enumerate(allow)
     ]
 
@@ -239,7 +240,7 @@ def gemini_call(url: str, allow: bool) -> UpstreamCall:
             {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}
         ],
     }
-    provider = ProviderConfig(name="ge", kind="gemini", allow_storage_uris=allow)
+    provider = provider_config(name="ge", kind="gemini", allow_storage_uris=allow)
     return UpstreamCall(
         request=msgspec.convert(body, ChatRequest),
         body=body,

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.config import ProviderConfig, ProviderKey, Secret
+from gateway.config import ProviderKey, Secret
 from gateway.errors import BadRequest
 from gateway.inbound.messages_request import (
     count_tokens_request,
@@ -19,6 +19,7 @@ from gateway.inbound.messages_request import (
 from gateway.providers.anthropic.adapter import AnthropicAdapter
 from gateway.providers.anthropic.request import build_messages_request
 from gateway.providers.base import UpstreamCall
+from gateway.providers.registry import provider_config
 from gateway.wire.anthropic import CacheControlledTool, InboundRequest
 from gateway.wire.openai_chat import UNSET
 
@@ -300,7 +301,7 @@ def test_cache_control_reaches_the_anthropic_upstream_only() -> None:
     call = UpstreamCall(
         request=request,
         body=body,
-        provider=ProviderConfig(name="claude", kind="anthropic"),
+        provider=provider_config(name="claude", kind="anthropic"),
         key=None,
         model="claude-x",
         stream=True,
@@ -330,7 +331,7 @@ def test_count_tokens_request_keeps_what_count_tokens_takes() -> None:
         metadata={"user_id": "u"},
         tools=[{"name": "now", "input_schema": {"type": "object"}}],
     )
-    provider = ProviderConfig(
+    provider = provider_config(
         name="claude",
         kind="anthropic",
         base_url="http://127.0.0.1:9/",

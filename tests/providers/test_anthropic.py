@@ -17,7 +17,7 @@ from gateway.errors import UpstreamProtocolError, UpstreamStatusError, UpstreamS
 from gateway.framing.sse import SSEDecoder, SSEEvent
 from gateway.providers.anthropic.adapter import AnthropicAdapter, AnthropicStreamTranslator
 from gateway.providers.base import UpstreamCall
-from gateway.providers.registry import make_adapter
+from gateway.providers.registry import make_adapter, provider_config
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import UNSET, ChatChunk, ChatRequest
 from tests.fixtures import FIXTURES
@@ -30,7 +30,7 @@ DATA_FIXTURES = [
 
 
 def provider(base_url: str | None = None) -> ProviderConfig:
-    return ProviderConfig(
+    return provider_config(
         name="claude",
         kind="anthropic",
         base_url=base_url,

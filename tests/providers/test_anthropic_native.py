@@ -9,11 +9,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.config import ProviderConfig, ProviderKey, Secret
+from gateway.config import ProviderKey, Secret
 from gateway.errors import UpstreamProtocolError
 from gateway.framing.sse import SSEDecoder
 from gateway.providers.anthropic.adapter import AnthropicAdapter
 from gateway.providers.base import NativeRequest, UpstreamCall
+from gateway.providers.registry import provider_config
 from gateway.wire.openai_chat import ChatRequest
 from tests.fixtures import FIXTURES
 
@@ -66,7 +67,7 @@ CLIENT_BODY: dict[str, Any] = {
 
 
 def adapter() -> AnthropicAdapter:
-    return AnthropicAdapter(ProviderConfig(name="claude", kind="anthropic", base_url=None))
+    return AnthropicAdapter(provider_config(name="claude", kind="anthropic", base_url=None))
 
 
 def native_call(
@@ -75,7 +76,7 @@ def native_call(
     return UpstreamCall(
         request=msgspec.convert({"model": body["model"], "messages": []}, ChatRequest),
         body={"model": body["model"], "messages": []},
-        provider=ProviderConfig(name="claude", kind="anthropic"),
+        provider=provider_config(name="claude", kind="anthropic"),
         key=ProviderKey(key=Secret("sk-ant-upstream")),
         model="claude-sonnet-4-5",
         stream=stream,

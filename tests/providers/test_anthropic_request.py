@@ -9,10 +9,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.config import ProviderConfig, ProviderKey, Secret
+from gateway.config import ProviderKey, Secret
 from gateway.errors import BadRequest
 from gateway.providers.anthropic.adapter import AnthropicAdapter
 from gateway.providers.base import UpstreamCall
+from gateway.providers.registry import provider_config
 from gateway.wire.openai_chat import ChatRequest
 
 USER = {"role": "user", "content": "hi"}
@@ -23,7 +24,7 @@ def translate(stream: bool = False, **fields: Any) -> dict[str, Any]:
     call = UpstreamCall(
         request=msgspec.convert(body, ChatRequest),
         body=body,
-        provider=ProviderConfig(name="c", kind="anthropic"),
+        provider=provider_config(name="c", kind="anthropic"),
         key=ProviderKey(key=Secret("k")),
         model="claude-up",
         stream=stream,

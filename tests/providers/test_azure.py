@@ -14,7 +14,7 @@ from gateway.errors import UpstreamStatusError
 from gateway.framing.sse import SSEEvent
 from gateway.providers.azure.adapter import AzureAdapter
 from gateway.providers.base import UpstreamCall
-from gateway.providers.registry import make_adapter
+from gateway.providers.registry import make_adapter, provider_config
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.upstream.outcome import final_error
 from gateway.wire.openai_chat import ChatRequest
@@ -30,7 +30,7 @@ BODY: dict[str, Any] = {
 
 
 def provider(base_url: str = RESOURCE, api_version: str | None = "2024-10-21") -> ProviderConfig:
-    return ProviderConfig(
+    return provider_config(
         name="az",
         kind="azure",
         base_url=base_url,
@@ -122,7 +122,7 @@ def test_api_key_header_and_no_authorization(version: str, stream: bool) -> None
 
 
 def test_no_key_no_header() -> None:
-    config = ProviderConfig(name="az", kind="azure", base_url=RESOURCE, api_version="v1")
+    config = provider_config(name="az", kind="azure", base_url=RESOURCE, api_version="v1")
     req = AzureAdapter(config).build_request(call(config))
     assert "api-key" not in req.headers
     assert "Authorization" not in req.headers

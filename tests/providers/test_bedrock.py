@@ -17,8 +17,9 @@ from gateway.errors import BadRequest, UpstreamStatusError, UpstreamStreamError
 from gateway.framing.aws_eventstream import EventStreamDecoder, EventStreamMessage
 from gateway.providers.base import UpstreamCall
 from gateway.providers.bedrock.adapter import BedrockAdapter, BedrockStreamTranslator
+from gateway.providers.bedrock.config import BedrockKey
 from gateway.providers.bedrock.request import build_converse_request
-from gateway.providers.registry import make_adapter
+from gateway.providers.registry import make_adapter, provider_config
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.bedrock import encoder as bedrock_encoder
 from gateway.wire.openai_chat import UNSET, ChatChunk, ChatRequest
@@ -26,13 +27,13 @@ from tests.fixtures import FIXTURES
 from tests.upstreams.bedrock_upstream import exception_frame, frame, scenario_frames
 
 RECORDED = (FIXTURES / "bedrock_converse_tools.eventstream").read_bytes()
-SIGV4_KEY = ProviderKey(
+SIGV4_KEY = BedrockKey(
     aws_access_key_id=Secret("AKIDEXAMPLE"), aws_secret_access_key=Secret("secret")
 )
 
 
 def provider(base_url: str | None = None) -> ProviderConfig:
-    return ProviderConfig(
+    return provider_config(
         name="br", kind="bedrock", region="us-east-1", base_url=base_url, keys=[SIGV4_KEY]
     )
 
@@ -438,7 +439,7 @@ def test_build_request_sigv4_and_url() -> None:
 
 def test_build_request_session_token_and_bearer() -> None:
     adapter = BedrockAdapter(provider("http://127.0.0.1:9/"))
-    key = ProviderKey(
+    key = BedrockKey(
         aws_access_key_id=Secret("AK"),
         aws_secret_access_key=Secret("SK"),
         aws_session_token=Secret("TOKEN"),

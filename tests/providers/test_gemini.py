@@ -17,7 +17,7 @@ from gateway.errors import UpstreamProtocolError, UpstreamStatusError, UpstreamS
 from gateway.framing.sse import SSEDecoder, SSEEvent
 from gateway.providers.base import Translated, UpstreamCall
 from gateway.providers.gemini.adapter import GeminiAdapter, GeminiStreamTranslator, finish_reason
-from gateway.providers.registry import make_adapter
+from gateway.providers.registry import make_adapter, provider_config
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import UNSET, ChatChunk, ChatRequest
 from tests.fixtures import FIXTURES
@@ -27,7 +27,7 @@ BODY: dict[str, Any] = {"model": "g", "messages": [{"role": "user", "content": "
 
 
 def provider(base_url: str | None = None) -> ProviderConfig:
-    return ProviderConfig(
+    return provider_config(
         name="gem", kind="gemini", base_url=base_url, keys=[ProviderKey(key=Secret(SECRET))]
     )
 

@@ -9,10 +9,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.config import ProviderConfig
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
 from gateway.providers.gemini.request import build_body, gemini_schema
+from gateway.providers.registry import provider_config
 from gateway.wire.openai_chat import ChatRequest
 
 
@@ -21,7 +21,7 @@ def body_for(client: dict[str, Any]) -> dict[str, Any]:
     call = UpstreamCall(
         request=msgspec.convert(client, ChatRequest),
         body=client,
-        provider=ProviderConfig(name="gem", kind="gemini"),
+        provider=provider_config(name="gem", kind="gemini"),
         key=None,
         model="gemini-2.5-flash",
         stream=True,

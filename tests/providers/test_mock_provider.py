@@ -8,11 +8,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.config import MockOptions, ProviderConfig
 from gateway.framing.sse import SSEDecoder
 from gateway.providers.base import UpstreamCall
 from gateway.providers.mock.adapter import REPLY, MockAdapter, render_frames, sample_arguments
+from gateway.providers.mock.config import MockOptions
 from gateway.providers.openai.adapter import ChatStreamTranslator
+from gateway.providers.registry import provider_config
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import UNSET, ChatChunk, ChatRequest, Usage, chunk_decoder
 
@@ -48,7 +49,7 @@ def call(payload: dict[str, Any], request_id: str = "req-1", created: int = 0) -
     return UpstreamCall(
         request=msgspec.convert(payload, ChatRequest),
         body=payload,
-        provider=ProviderConfig(name="mock", kind="mock"),
+        provider=provider_config(name="mock", kind="mock"),
         key=None,
         model="mock",
         stream=True,
@@ -253,7 +254,7 @@ def test_frames_cut_byte_by_byte_give_the_same_answer(payload: dict[str, Any]) -
 
 def test_adapter_plays_the_rendered_frames_with_its_options() -> None:
     options = MockOptions(chunks=5, delay_s=0.25)
-    adapter = MockAdapter(ProviderConfig(name="mock", kind="mock", mock=options))
+    adapter = MockAdapter(provider_config(name="mock", kind="mock", mock=options))
     c = call(body("get_user"))
     request = adapter.build_request(c)
     assert request.playback == render_frames(c, options)
@@ -263,7 +264,7 @@ def test_adapter_plays_the_rendered_frames_with_its_options() -> None:
 
 
 def test_adapter_defaults_without_options() -> None:
-    adapter = MockAdapter(ProviderConfig(name="mock", kind="mock"))
+    adapter = MockAdapter(provider_config(name="mock", kind="mock"))
     c = call(body())
     request = adapter.build_request(c)
     assert request.playback == render_frames(c, MockOptions())
@@ -272,7 +273,7 @@ def test_adapter_defaults_without_options() -> None:
 
 def test_adapter_serves_non_streaming_requests_by_streaming() -> None:
     with pytest.raises(NotImplementedError):
-        MockAdapter(ProviderConfig(name="mock", kind="mock")).unary_result(call(body()), b"{}")
+        MockAdapter(provider_config(name="mock", kind="mock")).unary_result(call(body()), b"{}")
 
 
 # --- sample_arguments -------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from gateway.errors import (
 from gateway.framing.ndjson import NDJSONDecoder
 from gateway.providers.base import Translated, UpstreamCall
 from gateway.providers.ollama.adapter import OllamaAdapter, OllamaStreamTranslator, finish_reason
-from gateway.providers.registry import make_adapter
+from gateway.providers.registry import make_adapter, provider_config
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import ChatRequest
 from tests.fixtures import FIXTURES
@@ -36,7 +36,7 @@ ERROR_FIXTURE = "ollama_stream_error.ndjson"
 
 
 def provider(base_url: str | None = None, keys: list[ProviderKey] | None = None) -> ProviderConfig:
-    return ProviderConfig(name="ol", kind="ollama", base_url=base_url, keys=keys or [])
+    return provider_config(name="ol", kind="ollama", base_url=base_url, keys=keys or [])
 
 
 def make_call(

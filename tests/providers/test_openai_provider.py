@@ -27,6 +27,7 @@ from gateway.providers.openai.adapter import (
     error_from_body,
     upstream_body,
 )
+from gateway.providers.registry import provider_config
 from gateway.upstream.outcome import final_error
 from gateway.wire.openai_chat import UNSET, ChatRequest
 from tests.fixtures import FIXTURES
@@ -64,7 +65,7 @@ CLIENT_BODY: dict[str, Any] = {
 
 def provider(base_url: str | None = None, key: str | None = SECRET) -> ProviderConfig:
     keys = [ProviderKey(key=Secret(key))] if key is not None else []
-    return ProviderConfig(name="up", kind="openai", base_url=base_url, keys=keys)
+    return provider_config(name="up", kind="openai", base_url=base_url, keys=keys)
 
 
 def call(

@@ -16,6 +16,7 @@ from gateway.providers.azure.adapter import AzureAdapter
 from gateway.providers.base import NativeRequest, UpstreamCall
 from gateway.providers.openai.adapter import OpenAIAdapter
 from gateway.providers.openai.responses import ResponsesStreamTranslator
+from gateway.providers.registry import provider_config
 from gateway.wire.openai_chat import ChatRequest
 from tests.upstreams.openai_responses_upstream import (
     PARALLEL,
@@ -36,12 +37,10 @@ HI: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
 def provider(
     kind: str = "openai", base_url: str | None = None, api_version: str | None = None
 ) -> ProviderConfig:
-    return ProviderConfig(
-        name="up",
-        kind=kind,
-        base_url=base_url,
-        api_version=api_version,
-        keys=[ProviderKey(key=Secret("k-123"))],
+    # an azure provider always has an api_version (its config requires one)
+    azure = {"api_version": api_version or "v1"} if kind == "azure" else {}
+    return provider_config(
+        name="up", kind=kind, base_url=base_url, keys=[ProviderKey(key=Secret("k-123"))], **azure
     )
 
 

@@ -6,7 +6,17 @@ from email.utils import formatdate
 
 import pytest
 
-from gateway.routing.retry_after import MAX_WAIT_S, go_duration_s, retry_after_s
+from gateway.providers.anthropic.adapter import AnthropicAdapter
+from gateway.providers.openai.adapter import OpenAIAdapter
+from gateway.routing.retry_after import MAX_WAIT_S, go_duration_s
+from gateway.routing.retry_after import retry_after_s as read_wait
+
+# the reset header families the OpenAI and Anthropic adapters declare
+FAMILIES = OpenAIAdapter.rate_limits + AnthropicAdapter.rate_limits
+
+
+def retry_after_s(headers: dict[str, str], now: float) -> float | None:
+    return read_wait(headers, now, FAMILIES)
 
 NOW = 1_750_000_000.0
 
@@ -88,3 +98,10 @@ def test_go_durations(text: str, seconds: float) -> None:
 @pytest.mark.parametrize("text", ["", "1x", "s1", "1s 2m", "1s-"])
 def test_bad_go_durations(text: str) -> None:
     assert go_duration_s(text) is None
+
+
+def test_reset_families_are_read_only_for_the_adapter_that_declares_them() -> None:
+    headers = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "3s"}
+    assert read_wait(headers, NOW, OpenAIAdapter.rate_limits) == 3.0
+    assert read_wait(headers, NOW, AnthropicAdapter.rate_limits) is None
+    assert read_wait(headers, NOW) is None

@@ -12,10 +12,11 @@ from gateway.config import ProviderKey, Secret, parse_config
 from gateway.errors import UpstreamStatusError
 from gateway.observability.logs import configure_logging
 from gateway.providers.base import hide_credentials
+from gateway.providers.bedrock.config import BedrockKey
 
 
 def test_an_upstream_message_loses_every_credential_of_the_attempt() -> None:
-    key = ProviderKey(
+    key = BedrockKey(
         aws_access_key_id=Secret("AKIAHIDE1"),
         aws_secret_access_key=Secret("aws-secret-hide"),
         aws_session_token=Secret("aws-session-hide"),

@@ -28,10 +28,11 @@ from typing import Any
 
 import msgspec
 
-from gateway.config import ProviderConfig, effective_base_url
+from gateway.config_base import effective_base_url
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamRequest, path_segment
-from gateway.providers.bedrock.sigv4 import sign
+from gateway.providers.bedrock.auth import authorized
+from gateway.providers.bedrock.config import BedrockProvider
 from gateway.providers.embeddings import (
     EmbeddingsCall,
     Part,
@@ -120,29 +121,14 @@ class BedrockEmbeddings:
     needs_access_token = False
     takes_token_ids = False
 
-    def __init__(self, provider: ProviderConfig) -> None:
+    def __init__(self, provider: BedrockProvider) -> None:
         self._base = effective_base_url(provider)
-        self._region = provider.region or "us-east-1"
+        self._region = provider.region
 
     def _request(self, call: EmbeddingsCall, body: bytes) -> UpstreamRequest:
         url = f"{self._base}/model/{path_segment(call.model)}/invoke"
         headers = {"content-type": "application/json", "accept": "application/json"}
-        key = call.key
-        if key is not None and key.key:
-            headers["authorization"] = "Bearer " + key.key.reveal()
-        elif key is not None and key.aws_access_key_id and key.aws_secret_access_key:
-            token = key.aws_session_token.reveal() if key.aws_session_token else None
-            headers = sign(
-                "POST",
-                url,
-                headers,
-                body,
-                access_key=key.aws_access_key_id.reveal(),
-                secret_key=key.aws_secret_access_key.reveal(),
-                session_token=token,
-                region=self._region,
-                now=call.now,
-            )
+        headers = authorized(url, headers, body, call.key, self._region, call.now)
         return UpstreamRequest(url=url, headers=headers, body=body)
 
     def plan(self, call: EmbeddingsCall) -> list[Part]:

@@ -14,10 +14,10 @@ import math
 import struct
 from collections.abc import Mapping
 
-from gateway.config import ProviderConfig
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamRequest
 from gateway.providers.embeddings import EmbeddingsCall, Part, PartResult, estimate_tokens
+from gateway.providers.mock.config import MockProvider
 from gateway.providers.openai.embeddings import parse_openai
 from gateway.wire.openai_embeddings import (
     Embedding,
@@ -57,7 +57,7 @@ class MockEmbeddings:
     needs_access_token = False
     takes_token_ids = True
 
-    def __init__(self, provider: ProviderConfig) -> None:
+    def __init__(self, provider: MockProvider) -> None:
         self._provider = provider
 
     def plan(self, call: EmbeddingsCall) -> list[Part]:

@@ -10,9 +10,10 @@ from collections.abc import Mapping
 
 import msgspec
 
-from gateway.config import ProviderConfig, effective_base_url
+from gateway.config_base import effective_base_url
 from gateway.providers.base import UpstreamRequest
 from gateway.providers.embeddings import EmbeddingsCall, Part, PartResult, decode_json, texts_of
+from gateway.providers.ollama.config import OllamaProvider
 
 
 class EmbedRequest(msgspec.Struct, omit_defaults=True):
@@ -36,7 +37,7 @@ class OllamaEmbeddings:
     needs_access_token = False
     takes_token_ids = False
 
-    def __init__(self, provider: ProviderConfig) -> None:
+    def __init__(self, provider: OllamaProvider) -> None:
         self._url = effective_base_url(provider) + "/api/embed"
 
     def plan(self, call: EmbeddingsCall) -> list[Part]:

@@ -6,23 +6,17 @@ token-id input, `dimensions`, `encoding_format`, `user` and fields the gateway d
 reach the upstream as sent. One call carries every input (the gateway caps a request at
 OpenAI's own 2048 inputs). The answer may hold floats or base64 (when the client asked for
 base64, so did the upstream); either is decoded and the gateway renders the client's format.
-
-Azure, like its chat adapter (providers/azure/adapter.py): `{root}/openai/deployments/{deployment}/
-embeddings?api-version={api_version}` for a dated version, `{root}/openai/v1/embeddings`
-(`?api-version=preview` for `preview`) for the v1 API; the key goes in `api-key`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from urllib.parse import quote
 
 from msgspec import UNSET
 
-from gateway.config import ProviderConfig, effective_base_url
+from gateway.config_base import effective_base_url
 from gateway.errors import UpstreamProtocolError
-from gateway.providers.azure.adapter import V1_VERSIONS
-from gateway.providers.base import UpstreamRequest, path_segment
+from gateway.providers.base import UpstreamRequest
 from gateway.providers.embeddings import (
     EmbeddingsCall,
     Part,
@@ -30,6 +24,7 @@ from gateway.providers.embeddings import (
     decode_json,
     floats_of_base64,
 )
+from gateway.providers.openai.config import OpenAIProvider
 from gateway.wire.openai_embeddings import encoder, upstream_decoder
 
 
@@ -59,7 +54,7 @@ class OpenAIEmbeddings:
     needs_access_token = False
     takes_token_ids = True
 
-    def __init__(self, provider: ProviderConfig) -> None:
+    def __init__(self, provider: OpenAIProvider) -> None:
         self._url = effective_base_url(provider) + "/embeddings"
 
     def url(self, call: EmbeddingsCall) -> str:
@@ -81,32 +76,3 @@ class OpenAIEmbeddings:
         self, call: EmbeddingsCall, part: Part, body: bytes, headers: Mapping[str, str]
     ) -> PartResult:
         return parse_openai(body)
-
-
-class AzureEmbeddings(OpenAIEmbeddings):
-    """The `azure` kind: Azure's deployment or v1 URL, the key in `api-key`."""
-
-    def __init__(self, provider: ProviderConfig) -> None:
-        base = effective_base_url(provider)
-        version = (provider.api_version or "").strip()
-        if base.endswith("/openai/v1"):
-            root, self._v1 = base.removesuffix("/openai/v1"), True
-        else:
-            root, self._v1 = base.removesuffix("/openai"), version.lower() in V1_VERSIONS
-        if self._v1:
-            query = "?api-version=preview" if version.lower() == "preview" else ""
-            self._url = root + "/openai/v1/embeddings" + query
-        else:
-            self._prefix = root + "/openai/deployments/"
-            self._suffix = "/embeddings?api-version=" + quote(version, safe="")
-
-    def url(self, call: EmbeddingsCall) -> str:
-        if self._v1:
-            return self._url
-        return self._prefix + path_segment(call.model) + self._suffix
-
-    def headers(self, call: EmbeddingsCall) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        if call.key is not None and call.key.key:
-            headers["api-key"] = call.key.key.reveal()
-        return headers

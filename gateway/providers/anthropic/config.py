@@ -1,0 +1,17 @@
+"""The `anthropic` provider's config: an api key (`x-api-key`)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from gateway.config_base import ProviderBase
+
+
+class AnthropicProvider(
+    ProviderBase, tag="anthropic", forbid_unknown_fields=True, kw_only=True, frozen=True
+):
+    kind: ClassVar[str] = "anthropic"
+    env_key: ClassVar[str | None] = "ANTHROPIC_API_KEY"
+
+    def default_base_url(self) -> str:
+        return "https://api.anthropic.com"

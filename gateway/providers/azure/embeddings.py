@@ -1,0 +1,22 @@
+"""Embeddings on Azure OpenAI: the OpenAI embeddings wire format (openai/embeddings.py) at
+the resource's `embeddings` URL (azure/urls.py), the key in `api-key`. Sans-IO."""
+
+from __future__ import annotations
+
+from gateway.providers.azure.config import AzureProvider
+from gateway.providers.azure.urls import AzureUrls, auth_headers
+from gateway.providers.embeddings import EmbeddingsCall
+from gateway.providers.openai.embeddings import OpenAIEmbeddings
+
+
+class AzureEmbeddings(OpenAIEmbeddings):
+    """The `azure` kind."""
+
+    def __init__(self, provider: AzureProvider) -> None:
+        self._urls = AzureUrls(provider)
+
+    def url(self, call: EmbeddingsCall) -> str:
+        return self._urls.of("embeddings", call.model)
+
+    def headers(self, call: EmbeddingsCall) -> dict[str, str]:
+        return auth_headers(call.key)

@@ -1,0 +1,21 @@
+"""The `gemini` provider's config: a Gemini API key (`x-goog-api-key`)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from gateway.config_base import ProviderBase, effective_base_url
+
+
+class GeminiProvider(
+    ProviderBase, tag="gemini", forbid_unknown_fields=True, kw_only=True, frozen=True
+):
+    kind: ClassVar[str] = "gemini"
+    env_key: ClassVar[str | None] = "GEMINI_API_KEY"
+
+    def default_base_url(self) -> str:
+        return "https://generativelanguage.googleapis.com"
+
+    def models_url(self) -> str:
+        """The prefix of every model's operations (`{models_url}{model}:generateContent`)."""
+        return effective_base_url(self) + "/v1beta/models/"

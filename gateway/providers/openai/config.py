@@ -1,0 +1,18 @@
+"""The `openai` provider's config: an api key, `base_url` for any OpenAI-compatible server."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from gateway.config_base import ProviderBase
+
+
+class OpenAIProvider(
+    ProviderBase, tag="openai", forbid_unknown_fields=True, kw_only=True, frozen=True
+):
+    kind: ClassVar[str] = "openai"
+    apis: ClassVar[frozenset[str]] = frozenset({"chat", "responses"})
+    env_key: ClassVar[str | None] = "OPENAI_API_KEY"
+
+    def default_base_url(self) -> str:
+        return "https://api.openai.com/v1"
