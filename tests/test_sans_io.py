@@ -3,7 +3,9 @@
 Walks the AST (nothing is imported to check it) of every module of the sans-IO packages and
 of every gateway module they import, directly or not, and fails on any import of a
 forbidden module: at the top, inside a function, under `if TYPE_CHECKING:`, or through
-`__import__` / `importlib.import_module` with a literal name.
+`__import__` / `importlib.import_module` with a literal name. It also fails on a clock
+read: a call of `datetime.now`, `datetime.utcnow`, `datetime.today` or `date.today` (under
+any name the module gives them) and any call of a `time.*` function; time is passed in.
 """
 
 from __future__ import annotations
@@ -77,13 +79,60 @@ def imports(tree: ast.AST, package: str) -> Iterator[tuple[str, int]]:
                 yield first.value, node.lineno
 
 
+CLOCK_METHODS = {"datetime.datetime": ("now", "utcnow", "today"), "datetime.date": ("today",)}
+
+
+def _bindings(tree: ast.AST) -> dict[str, str]:
+    """Local name -> what it stands for (`datetime`, `datetime.datetime`, `time`...), from
+    the module's imports; the bare names stand for themselves too (a name that is never
+    imported is a NameError, but a clock read in intent all the same)."""
+    names = {"datetime": "datetime.datetime", "date": "datetime.date", "time": "time"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.partition(".")[0]
+                names[alias.asname or top] = alias.name if alias.asname else top
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            for alias in node.names:
+                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return names
+
+
+def _dotted(node: ast.expr, names: dict[str, str]) -> str | None:
+    """`a.b.c` for a chain of attributes on a name, with the name resolved."""
+    if isinstance(node, ast.Name):
+        return names.get(node.id, node.id)
+    if isinstance(node, ast.Attribute):
+        owner = _dotted(node.value, names)
+        return f"{owner}.{node.attr}" if owner is not None else None
+    return None
+
+
+def clock_reads(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, what) for every call that reads the clock."""
+    names = _bindings(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        owner = _dotted(node.func.value, names)
+        if owner == "time" or node.func.attr in CLOCK_METHODS.get(owner or "", ()):
+            yield node.lineno, f"{owner}.{node.func.attr}"
+    for node in ast.walk(tree):  # `from time import time` or `from datetime import ...now`
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            target = names.get(node.func.id, "")
+            owner, _, attr = target.rpartition(".")
+            if owner == "time" or attr in CLOCK_METHODS.get(owner, ()):
+                yield node.lineno, target
+
+
 def forbidden(source: str, package: str, where: str) -> list[str]:
-    """`"<where>:<line>: imports <top-level module>"` for every forbidden import in `source`."""
-    hits = {
-        (line, imported.split(".")[0])
-        for imported, line in imports(ast.parse(source, filename=where), package)
-    }
-    return [f"{where}:{line}: imports {top}" for line, top in sorted(hits) if top in FORBIDDEN]
+    """`"<where>:<line>: imports <top-level module>"` for every forbidden import in `source`
+    and `"<where>:<line>: reads the clock (<call>)"` for every clock read."""
+    tree = ast.parse(source, filename=where)
+    hits = {(line, imported.split(".")[0]) for imported, line in imports(tree, package)}
+    problems = [(line, f"imports {top}") for line, top in hits if top in FORBIDDEN]
+    problems += [(line, f"reads the clock ({what})") for line, what in clock_reads(tree)]
+    return [f"{where}:{line}: {problem}" for line, problem in sorted(set(problems))]
 
 
 def forbidden_in(path: Path) -> list[str]:
@@ -164,6 +213,18 @@ CAUGHT = [
     "import importlib\nmod = importlib.import_module('logging')",
 ]
 
+CLOCK_READS = [
+    "from datetime import UTC, datetime\nnow = datetime.now(UTC)",
+    "from datetime import datetime\nstamp = datetime.utcnow()",
+    "from datetime import datetime as dt\nday = dt.today()",
+    "from datetime import date\nday = date.today()",
+    "import datetime\nnow = datetime.datetime.now()",
+    "import datetime as d\nday = d.date.today()",
+    "def f(t):\n    return t - time.monotonic()",  # `time` reached without its import
+    "def f():\n    return time.time_ns()",
+    "class C:\n    def m(self):\n        return datetime.now()",
+]
+
 
 @pytest.mark.parametrize("source", CAUGHT)
 def test_checker_catches(source: str) -> None:
@@ -184,6 +245,33 @@ def test_checker_catches(source: str) -> None:
 )
 def test_checker_allows(source: str) -> None:
     assert forbidden(source, "gateway.wire", "gateway/wire/probe.py") == []
+
+
+@pytest.mark.parametrize("source", CLOCK_READS)
+def test_checker_catches_clock_reads(source: str) -> None:
+    problems = forbidden(source, "gateway.wire", "gateway/wire/probe.py")
+    assert any("reads the clock" in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from datetime import UTC, datetime\nwhen = datetime.fromtimestamp(now, UTC)",
+        "from datetime import date\nday = date(2024, 1, 2)",
+        "import datetime\nstamp = datetime.datetime.fromisoformat(text)",
+        "def f(clock):\n    return clock.now()",  # a clock passed in: that is the point
+        "def f(call):\n    return call.time()",
+    ],
+)
+def test_checker_allows_time_passed_in(source: str) -> None:
+    assert forbidden(source, "gateway.wire", "gateway/wire/probe.py") == []
+
+
+def test_checker_names_the_clock_read_and_line() -> None:
+    source = "from datetime import UTC, datetime\n\n\ndef f():\n    return datetime.now(UTC)\n"
+    assert forbidden(source, "gateway.wire", "gateway/wire/probe.py") == [
+        "gateway/wire/probe.py:5: reads the clock (datetime.datetime.now)"
+    ]
 
 
 def test_checker_names_the_module_and_line() -> None:

@@ -46,6 +46,7 @@ class UpstreamCall(msgspec.Struct, kw_only=True):
     stream: bool  # whether the upstream is asked to stream
     request_id: str
     created: int = 0  # unix seconds when the request arrived (sans-IO: passed in)
+    now: float = 0.0  # unix seconds of this attempt, read by the caller, for request signing
     access_token: str | None = None  # an OAuth token the actor fetched (needs_access_token)
     api: str = "chat"  # the target's upstream API: "chat" | "responses" (openai, azure)
     native: NativeRequest | None = None  # set when the upstream speaks the client's API

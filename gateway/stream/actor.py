@@ -219,6 +219,7 @@ class StreamActor:
             stream=stream,
             request_id=self.request_id,
             created=self.created,
+            now=time.time(),
             access_token=self._access_token,
             api=attempt.api,
             native=native if native is not None and speaks(attempt, native.api) else None,

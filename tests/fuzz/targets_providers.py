@@ -91,6 +91,7 @@ def make_call(dialect: Dialect, *, stream: bool) -> tuple[ProviderAdapter, Upstr
         stream=stream,
         request_id="req-fuzz",
         created=1700000000,
+        now=1700000000.0,
         api=dialect.api,
         native=native,
     )

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.config import ProviderConfig, ProviderKey, Secret
-from gateway.errors import BadRequest, UpstreamStatusError, UpstreamStreamError
+from gateway.errors import BadRequest, InternalError, UpstreamStatusError, UpstreamStreamError
 from gateway.framing.aws_eventstream import EventStreamDecoder, EventStreamMessage
 from gateway.providers.base import UpstreamCall
 from gateway.providers.bedrock.adapter import BedrockAdapter, BedrockStreamTranslator
@@ -55,6 +55,7 @@ def make_call(
         stream=stream,
         request_id="req1",
         created=1700000000,
+        now=1700000000.0,
     )
 
 
@@ -451,6 +452,24 @@ def test_build_request_session_token_and_bearer() -> None:
     bearer = adapter.build_request(make_call(key=ProviderKey(key=Secret("bedrock-api-key"))))
     assert bearer.headers["authorization"] == "Bearer bedrock-api-key"
     assert "x-amz-date" not in bearer.headers
+
+
+def test_sigv4_signs_at_the_attempt_time_it_is_given() -> None:
+    adapter = BedrockAdapter(provider())
+    signed = adapter.build_request(make_call()).headers
+    assert signed["x-amz-date"] == "20231114T221320Z"  # call.now = 1700000000
+    assert "/20231114/us-east-1/bedrock/aws4_request" in signed["authorization"]
+    later = msgspec.structs.replace(make_call(), now=1700000000.0 + 86400)
+    assert adapter.build_request(later).headers["x-amz-date"] == "20231115T221320Z"
+
+
+def test_a_call_without_the_attempt_time_is_an_internal_error() -> None:
+    adapter = BedrockAdapter(provider())
+    with pytest.raises(InternalError, match="attempt's time"):
+        adapter.build_request(msgspec.structs.replace(make_call(), now=0.0))
+    bearer = msgspec.structs.replace(make_call(key=ProviderKey(key=Secret("k"))), now=0.0)
+    with pytest.raises(InternalError):
+        adapter.build_request(bearer)  # caught whatever the key: tests must set it
 
 
 # --- non-streaming and errors ----------------------------------------------------------------

@@ -26,7 +26,12 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from gateway.config import ProviderConfig, effective_base_url
-from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
+from gateway.errors import (
+    InternalError,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamStreamError,
+)
 from gateway.framing.aws_eventstream import EventStreamMessage
 from gateway.providers.base import (
     Translated,
@@ -318,6 +323,14 @@ def error_from_body(status: int, body: bytes, headers: Mapping[str, str]) -> Ups
     return status_error(status, message or f"upstream answered HTTP {status}", type=kind, code=kind)
 
 
+def signing_time(call: UpstreamCall) -> datetime:
+    """The attempt's own time (`call.now`, read by the caller) for SigV4: sans-IO, this
+    module reads no clock. A caller that forgot it is a bug, not a request from 1970."""
+    if call.now <= 0:
+        raise InternalError("a bedrock request was built without the attempt's time (now)")
+    return datetime.fromtimestamp(call.now, UTC)
+
+
 class BedrockAdapter:
     """The `bedrock` kind, against `base_url` or `https://bedrock-runtime.{region}.amazonaws.com`."""
 
@@ -355,7 +368,7 @@ class BedrockAdapter:
                 secret_key=key.aws_secret_access_key.reveal(),
                 session_token=token,
                 region=self._region,
-                now=datetime.now(UTC),
+                now=signing_time(call),
             )
         return UpstreamRequest(url=url, headers=headers, body=body)
 
