@@ -214,11 +214,26 @@ class ChatCompletion(Struct, gc=False):
     service_tier: str | UnsetType | None = UNSET
 
 
+class CallsOnly(Struct, gc=False):
+    """A response message's tool calls, not looked into (any JSON: servers differ)."""
+
+    tool_calls: Raw = Raw(b"null")
+
+
+class FinishOnly(Struct, gc=False):
+    """A choice of a non-streaming response: whether it called tools and why it ended."""
+
+    message: CallsOnly | None = None
+    finish_reason: Any = None
+
+
 class CompletionUsage(Struct, gc=False):
-    """Just the usage of a non-streaming response, read without decoding the rest."""
+    """Just the usage of a non-streaming response (and what its choices' finish needs),
+    read without decoding the rest."""
 
     usage: Usage | UnsetType | None = UNSET
     model: str | UnsetType = UNSET
+    choices: list[FinishOnly] = []
 
 
 class ModelCard(Struct, gc=False):

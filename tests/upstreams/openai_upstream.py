@@ -23,6 +23,8 @@ provider `up` is driven with `"model": "up/<scenario>"`:
   hold                 1 s before anything, headers included (a gateway upstream), then text
   whole                the text stream in one write with its end (Content-Length, not chunked)
   stall                content, then silence (idle timeout after the commit point)
+  calls-said-stop      (non-streaming) one tool call with `finish_reason: "stop"`, as some
+                       OpenAI-compatible servers answer
 
 A key starting with `sk-bad` gets a 401, whatever the scenario; a key `sk-rl-<n>` gets a 429
 with `Retry-After: <n>`.
@@ -330,6 +332,8 @@ class FakeOpenAI(ThreadedUpstream):
             await response.write(blob[start : start + 97])
 
     def _completion(self, scenario: str) -> dict[str, Any]:
+        if scenario == "calls-said-stop":
+            return self._calls_said_stop()
         return {
             "id": "chatcmpl-fake-unary",
             "object": "chat.completion",
@@ -350,6 +354,27 @@ class FakeOpenAI(ThreadedUpstream):
             ],
             "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
             "service_tier": "default",
+        }
+
+    def _calls_said_stop(self) -> dict[str, Any]:
+        call = {
+            "id": "call_said_stop",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+        }
+        return {
+            "id": "chatcmpl-fake-calls",
+            "object": "chat.completion",
+            "created": 1754693439,
+            "model": "fake-model-2025",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
         }
 
     def wait_disconnect(self, timeout: float) -> float | None:

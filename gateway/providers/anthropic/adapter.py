@@ -35,6 +35,7 @@ from gateway.providers.base import (
     status_error,
     tool_input_text,
 )
+from gateway.providers.translate import STOP_REASONS, mapped_finish
 from gateway.wire import DECODE_ERRORS
 from gateway.wire.anthropic import (
     ANTHROPIC_VERSION,
@@ -61,25 +62,15 @@ from gateway.wire.openai_chat import (
     encoder,
 )
 
-FINISH_REASONS = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "pause_turn": "stop",
-    "tool_use": "tool_calls",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "refusal": "content_filter",
-}
+FINISH_REASONS = {**STOP_REASONS, "pause_turn": "stop", "refusal": "content_filter"}
 _TOOL, _ANSWER = 0, 1  # what a content block is, for the deltas that follow it
 BETA_HEADER = "anthropic-beta"  # the one client header a native request carries upstream
 
 
 def finish_reason(stop_reason: str | None, made_calls: bool) -> str:
-    """The chat finish_reason of an Anthropic stop_reason."""
-    reason = FINISH_REASONS.get(stop_reason or "", "stop")
-    if reason == "tool_calls" and not made_calls:
-        return "stop"  # the forced answer tool, or only server-side tools
-    return reason
+    """The chat finish_reason of an Anthropic stop_reason (`tool_use` without client calls:
+    the forced answer tool, or only server-side tools, is `stop`)."""
+    return mapped_finish(FINISH_REASONS, stop_reason, made_calls)
 
 
 class UsageCounter:

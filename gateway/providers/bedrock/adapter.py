@@ -44,6 +44,7 @@ from gateway.providers.base import (
 )
 from gateway.providers.bedrock.request import build_converse_request
 from gateway.providers.bedrock.sigv4 import sign
+from gateway.providers.translate import STOP_REASONS, mapped_finish
 from gateway.wire import DECODE_ERRORS
 from gateway.wire.bedrock import (
     StreamEvent,
@@ -71,11 +72,7 @@ from gateway.wire.openai_chat import (
 )
 
 FINISH_REASONS = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "tool_use": "tool_calls",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
+    **STOP_REASONS,
     "guardrail_intervened": "content_filter",
     "content_filtered": "content_filter",
 }
@@ -91,10 +88,7 @@ SERVER_TOOL = "server_tool_use"
 
 
 def finish_reason(stop_reason: str | None, made_calls: bool) -> str:
-    reason = FINISH_REASONS.get(stop_reason or "", "stop")
-    if reason == "tool_calls" and not made_calls:
-        return "stop"
-    return reason
+    return mapped_finish(FINISH_REASONS, stop_reason, made_calls)
 
 
 def usage_of(usage: TokenUsage | None) -> Usage:

@@ -27,6 +27,7 @@ from gateway.providers.base import (
     status_error,
 )
 from gateway.providers.gemini.request import build_body, signed_call_id
+from gateway.providers.translate import chat_finish
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import gemini as g
 from gateway.wire.openai_chat import (
@@ -62,14 +63,10 @@ FILTERED = frozenset(
 
 
 def finish_reason(reason: str, made_calls: bool) -> str:
-    """Gemini's finishReason as an OpenAI finish_reason."""
-    if made_calls:
-        return "tool_calls"
+    """Gemini's finishReason as an OpenAI finish_reason (STOP even when it called tools)."""
     if reason == "MAX_TOKENS":
-        return "length"
-    if reason in FILTERED:
-        return "content_filter"
-    return "stop"
+        return chat_finish("length", made_calls)
+    return chat_finish("content_filter" if reason in FILTERED else "stop", made_calls)
 
 
 def usage_of(u: g.UsageMetadata) -> Usage:

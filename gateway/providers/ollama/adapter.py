@@ -28,6 +28,7 @@ from gateway.providers.base import (
     status_error,
 )
 from gateway.providers.ollama.request import build_body
+from gateway.providers.translate import chat_finish
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import ollama as o
 from gateway.wire.openai_chat import (
@@ -48,12 +49,8 @@ from gateway.wire.openai_chat import (
 
 
 def finish_reason(done_reason: str, made_calls: bool) -> str:
-    """Ollama's done_reason as an OpenAI finish_reason."""
-    if made_calls:
-        return "tool_calls"
-    if done_reason == "length":
-        return "length"
-    return "stop"
+    """Ollama's done_reason as an OpenAI finish_reason ("stop" even when it called tools)."""
+    return chat_finish("length" if done_reason == "length" else "stop", made_calls)
 
 
 def usage_of(response: o.ChatResponse) -> Usage:

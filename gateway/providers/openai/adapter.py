@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import msgspec
+
 from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
@@ -26,10 +28,12 @@ from gateway.providers.base import (
 )
 from gateway.providers.openai.responses import ResponsesStreamTranslator, responses_unary_result
 from gateway.providers.openai.responses_request import responses_body
+from gateway.providers.translate import chat_finish
 from gateway.wire import DECODE_ERRORS
 from gateway.wire.openai_chat import (
     UNSET,
     ErrorDetail,
+    FinishOnly,
     chunk_decoder,
     completion_usage_decoder,
     encoder,
@@ -121,6 +125,31 @@ def error_from_body(status: int, body: bytes) -> UpstreamError:
     )
 
 
+def made_calls(choice: FinishOnly) -> bool:
+    calls = choice.message.tool_calls if choice.message is not None else None
+    return calls is not None and bool(msgspec.json.decode(calls))
+
+
+def said_otherwise(choice: FinishOnly) -> bool:
+    """A choice that made tool calls but ended with another word (OpenAI-compatible servers
+    say `stop`): DESIGN §4 wants `tool_calls`, as a stream of the same answer gets."""
+    return choice.finish_reason != "tool_calls" and made_calls(choice)
+
+
+def with_tool_calls_finish(body: bytes) -> bytes:
+    """The completion with `finish_reason` set by `chat_finish` on every choice that made
+    calls; every other field as the upstream sent it (re-encoded, in its order)."""
+    completion = msgspec.json.decode(body)
+    for choice in completion.get("choices") or ():
+        if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
+            calls = bool(choice["message"].get("tool_calls"))
+            reason = choice.get("finish_reason")
+            choice["finish_reason"] = chat_finish(
+                reason if isinstance(reason, str) else "stop", calls
+            )
+    return encoder.encode(completion)
+
+
 class OpenAIAdapter:
     """Chat Completions against `base_url` (`https://api.openai.com/v1` by default)."""
 
@@ -157,6 +186,8 @@ class OpenAIAdapter:
             raise UpstreamProtocolError(f"upstream sent a malformed completion: {exc}") from None
         usage = parsed.usage if parsed.usage is not UNSET else None
         model = parsed.model if parsed.model is not UNSET else None
+        if any(said_otherwise(choice) for choice in parsed.choices):
+            body = with_tool_calls_finish(body)
         return UnaryResult(body=body, usage=usage, model=model)
 
     def error_from_response(
