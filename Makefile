@@ -9,7 +9,7 @@ LOCK := requirements.lock
 # the lock's pins without the hashes: keeps the dev extras from moving a locked package
 LOCK_CONSTRAINTS := $(VENV)/lock-constraints.txt
 
-.PHONY: run test lint lock bench bench-micro rig clean fuzz soak
+.PHONY: run test lint lock bench bench-micro bench-peers rig clean fuzz soak
 
 # The runtime dependencies come from the lock alone (hash-checked), then the gateway without
 # resolving anything (--no-deps), then the dev extras held to the lock's versions.
@@ -52,6 +52,23 @@ bench: $(STAMP)
 	$(PY) -m bench.load
 	$(PY) -m pytest -q bench/micro --benchmark-enable --benchmark-only -p no:cacheprovider \
 		--benchmark-json bench/results/micro-$$(date -u +%Y%m%dT%H%M%SZ).json
+
+# Side by side with LiteLLM and Portkey (bench/peers/, docs/benchmarks.md): one fake upstream,
+# each gateway alone on CPU 1, cells interleaved; ours in the production configuration
+# (bench/peers/ours.yaml). install_peers.sh puts the peers in PEERS_HOME (a cache outside the
+# repository, once per machine) and wrk from Debian. Bounded: PEERS_ARGS's cells (~3 minutes
+# with these defaults) and --max-total. Table and raw results in bench/results/peers-<UTC>/.
+PEERS_HOME ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gw-peers
+PEERS_PORT ?= 9000
+PEERS_ARGS ?= --duration 4 --ttfb-duration 3 --rounds 1 --max-total 900
+bench-peers: $(STAMP)
+	PEERS_HOME='$(PEERS_HOME)' bash bench/peers/install_peers.sh
+	out="$(CURDIR)/bench/results/peers-$$(date -u +%Y%m%dT%H%M%SZ)" && mkdir -p "$$out" && \
+	PEERS_HOME='$(PEERS_HOME)' OURS_PORT=$(PEERS_PORT) OURS_DIR="$$out" \
+	bash bench/peers/run_compare.sh --out-dir "$$out" \
+		--extra ours 'exec $(CURDIR)/$(PY) -m gateway serve --config $(CURDIR)/bench/peers/ours.yaml' \
+		http://127.0.0.1:$(PEERS_PORT)/v1/chat/completions --model ours ours \
+		--header ours 'Authorization: Bearer sk-gw-bench-0123456789abcdef' $(PEERS_ARGS)
 
 # atheris on every sans-IO decoder and translator, FUZZ_SECONDS per target (docs/testing.md)
 FUZZ_SECONDS ?= 60
