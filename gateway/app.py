@@ -17,11 +17,12 @@ from gateway.routing.sync import health_sync
 from gateway.server.admin_health import admin_health
 from gateway.server.admin_keys import add_admin_routes
 from gateway.server.chat import chat_completions, list_models
+from gateway.server.count_tokens import count_tokens
 from gateway.server.embeddings import embeddings
 from gateway.server.errors import ERROR_SHAPES, gateway_middleware
 from gateway.server.health import healthz, readyz
 from gateway.server.limits import SLOTS, StreamSlots
-from gateway.server.messages import count_tokens, messages, render_error
+from gateway.server.messages import messages, render_error
 from gateway.server.metrics_route import metrics
 from gateway.server.responses import create_response
 from gateway.server.state import STATE, GatewayState

@@ -22,18 +22,13 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from gateway.config import effective_base_url
 from gateway.errors import BadRequest
-from gateway.providers.anthropic.request import build_messages_request
-from gateway.providers.base import ProviderAdapter, UpstreamCall, UpstreamRequest
 from gateway.wire.anthropic import CacheControlledTool, InboundMessage, InboundRequest
 from gateway.wire.openai_chat import UNSET, ChatRequest, FunctionDefinition, Tool
 
 MIN_THINKING_BUDGET = 1024  # Anthropic's own lower bound
 # budget_tokens below each bound -> that effort; at or past the last one -> "high"
 EFFORT_BOUNDS = ((4000, "low"), (16000, "medium"))
-# what Anthropic's count_tokens takes of a Messages request (it rejects max_tokens, stream...)
-COUNT_TOKENS_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking"})
 TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 _json_encode = msgspec.json.encode
 
@@ -372,17 +367,3 @@ def _tool_choice(choice: Any, body: dict[str, Any]) -> None:
         )
     if choice.get("disable_parallel_tool_use") is True:
         body["parallel_tool_calls"] = False
-
-
-def count_tokens_request(adapter: ProviderAdapter, call: UpstreamCall) -> UpstreamRequest:
-    """`POST {base_url}/v1/messages/count_tokens` for an `anthropic` kind target: the
-    Messages request its adapter would send, cut to the fields count_tokens takes, with the
-    adapter's own headers (key, version)."""
-    headers = adapter.build_request(call).headers
-    full = msgspec.to_builtins(build_messages_request(call))
-    body = {k: v for k, v in full.items() if k in COUNT_TOKENS_FIELDS}
-    return UpstreamRequest(
-        url=effective_base_url(call.provider) + "/v1/messages/count_tokens",
-        headers=headers,
-        body=_json_encode(body),
-    )

@@ -8,7 +8,7 @@ not import asyncio or aiohttp.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 from urllib.parse import quote, unquote
 
@@ -47,9 +47,34 @@ class UpstreamCall(msgspec.Struct, kw_only=True):
     request_id: str
     created: int = 0  # unix seconds when the request arrived (sans-IO: passed in)
     now: float = 0.0  # unix seconds of this attempt, read by the caller, for request signing
-    access_token: str | None = None  # an OAuth token the actor fetched (needs_access_token)
+    access_token: str | None = None  # the token of the adapter's `token_source`, fetched
     api: str = "chat"  # the target's upstream API: "chat" | "responses" (openai, azure)
     native: NativeRequest | None = None  # set when the upstream speaks the client's API
+
+
+class TokenSource(msgspec.Struct, frozen=True):
+    """How an attempt's access token is obtained: a sans-IO description an adapter returns
+    from `token_source(key)`, fetched (and cached, and refreshed) by upstream/credentials.py,
+    which maps each source type to its fetcher. The token reaches the adapter as
+    `access_token`, and is redacted from every error of the attempt like the key."""
+
+    def label(self) -> str:
+        """What the source is called in an error message (never a secret)."""
+        raise NotImplementedError
+
+
+class GoogleServiceAccount(TokenSource, frozen=True):
+    """An OAuth token for a Google service-account credentials file (scope cloud-platform)."""
+
+    key_file: str  # the service-account JSON key file
+
+    def label(self) -> str:
+        return "the credentials in " + self.key_file.rsplit("/", 1)[-1]
+
+
+def no_token_source(self: object, key: ProviderKey | None) -> TokenSource | None:
+    """`token_source` of an adapter whose keys are sent as they are."""
+    return None
 
 
 class UpstreamRequest(msgspec.Struct, kw_only=True):
@@ -61,6 +86,19 @@ class UpstreamRequest(msgspec.Struct, kw_only=True):
     method: str = "POST"
     playback: list[bytes] | None = None  # set by the mock: frames to yield instead of HTTP
     playback_delay_s: float = 0.0
+
+
+class TokenCount(msgspec.Struct, frozen=True):
+    """How an adapter counts a request's input tokens upstream: the request to send and how
+    to read the number from its answer (raising `UpstreamProtocolError` if it cannot)."""
+
+    request: UpstreamRequest
+    read: Callable[[bytes], int]
+
+
+def cannot_count_tokens(self: object, call: UpstreamCall) -> TokenCount | None:
+    """`count_tokens` of an adapter whose upstream cannot count tokens."""
+    return None
 
 
 class Translated(msgspec.Struct, gc=False):
@@ -95,12 +133,20 @@ class ProviderAdapter(Protocol):
 
     framing: str  # "sse" | "ndjson" | "aws-eventstream": which decoder reads the body
     native_unary: bool  # True: non-streaming requests go upstream non-streaming
-    needs_access_token: bool  # True: the actor fetches an OAuth token for the key first
     # Client APIs whose requests this adapter forwards as they are (`UpstreamCall.native`),
     # besides the target's own `api` (an `api: responses` target takes Responses clients)
     native_apis: frozenset[str]
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest: ...
+
+    def token_source(self, key: ProviderKey | None) -> TokenSource | None:
+        """The access token `key` needs fetched before a request (None: the key is sent as
+        it is); raises `UpstreamConnectError` for a key that has no usable credential."""
+        ...
+
+    def count_tokens(self, call: UpstreamCall) -> TokenCount | None:
+        """The upstream request that counts `call`'s input tokens; None: it cannot."""
+        ...
 
     def translator(self, call: UpstreamCall) -> StreamTranslator: ...
 

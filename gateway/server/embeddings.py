@@ -1,8 +1,9 @@
 """POST /v1/embeddings: the OpenAI embeddings API in front of every provider that has one.
 
 The request is checked here (input, encoding_format, dimensions), the router plans the
-attempts as for chat, and each attempt's provider family (gateway/embeddings/, sans-IO)
-builds the upstream requests: one, or several when the provider caps the inputs per call
+attempts as for chat, they run through the attempt runner (upstream/attempts.py: key
+health, access tokens, the alarm clock, redaction, failover), and each attempt's provider
+family (`embeddings` of the kind's spec, sans-IO) builds the upstream requests: one, or several when the provider caps the inputs per call
 (sent concurrently, at most `PARALLEL_PARTS` at a time, merged in input order). A retryable
 failure of any part fails the attempt over to the next one, which starts again from the
 first input. A target whose provider cannot take the request (no embeddings API, token-id
@@ -10,7 +11,7 @@ input to a text-only provider, `dimensions` a model does not take) is skipped; i
 could take it, the client gets that 400.
 
 Each attempt is bounded by its provider's `total_s` (and connect by `connect_s`) and the
-whole request by `routing.deadline_s`.
+whole request by `routing.deadline_s`, on the shared alarm clock like every upstream wait.
 
 Accounting as for chat: admitted (prompt estimate from the body, no output) before the
 first upstream request, settled with the upstream's token count at the input price
@@ -20,7 +21,6 @@ first upstream request, settled with the upstream's token count at the input pri
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import UTC, datetime
 from time import perf_counter
 from typing import Any
@@ -32,15 +32,13 @@ from gateway.accounting.prices import usd_text
 from gateway.accounting.service import ACCOUNTING, Accounting, Principal, Target
 from gateway.errors import (
     BadRequest,
-    ClientError,
     GatewayError,
     NoUpstreamAvailable,
-    UpstreamConnectError,
     UpstreamError,
     UpstreamTimeout,
 )
 from gateway.observability.access import RECORD
-from gateway.providers.base import hide_credentials
+from gateway.providers.base import TokenSource
 from gateway.providers.embeddings import (
     EmbeddingsCall,
     EmbeddingsProvider,
@@ -53,8 +51,6 @@ from gateway.providers.embeddings import (
     texts_of,
 )
 from gateway.providers.registry import embeddings_provider
-from gateway.routing.balancer import unavailable
-from gateway.routing.health import REFUSED
 from gateway.routing.router import Attempt
 from gateway.server.auth import authenticate
 from gateway.server.inference import (
@@ -67,9 +63,8 @@ from gateway.server.inference import (
 from gateway.server.limits import SLOTS
 from gateway.server.request_body import read_json_object, typed
 from gateway.server.state import REQUEST_ID, STATE, GatewayState
-from gateway.upstream.http_client import UpstreamResponse
-from gateway.upstream.outcome import count_move, final_error, report_failure, report_success
-from gateway.upstream.transport import open_upstream, read_all
+from gateway.upstream.attempts import AttemptRunner, Ended
+from gateway.upstream.transport import fetch_all
 from gateway.wire.openai_chat import Usage
 from gateway.wire.openai_embeddings import EmbeddingsRequest, EmbeddingsUsage
 
@@ -190,7 +185,8 @@ async def _serve(
 
 
 class EmbeddingsRun:
-    """One embeddings request through its planned attempts; `usage` is set on success."""
+    """One embeddings request through its planned attempts (the attempt runner's step);
+    `usage` is set on success."""
 
     def __init__(
         self,
@@ -210,17 +206,27 @@ class EmbeddingsRun:
         self._dimensions = dimensions
         self._base64 = base64
         self._model = model
-        self._loop = asyncio.get_running_loop()
-        self._deadline = self._loop.time() + state.config.routing.deadline_s
-        self.attempts = 0
-        self.attempt: Attempt | None = None  # the last one that sent upstream requests
+        self._loop = loop = asyncio.get_running_loop()
+        self._deadline = loop.time() + state.config.routing.deadline_s
+        self.runner: AttemptRunner | None = None  # made with the plan, once admitted
+        self._family: EmbeddingsProvider | None = None  # the current attempt's
         # perf_counter times: the gateway's own time (before sending, merging the answers)
         # and when the last attempt's answers were all in
         self.gateway_s = 0.0
         self.answered_at = 0.0
+        self._answered_loop = 0.0
         self.usage: EmbeddingsUsage | None = None
         self.shutdown_reason: str | None = None
         self._task = asyncio.current_task()
+
+    @property
+    def attempts(self) -> int:
+        return self.runner.attempts if self.runner is not None else 0
+
+    @property
+    def attempt(self) -> Attempt | None:
+        """The last attempt that was counted."""
+        return self.runner.attempt if self.runner is not None else None
 
     def shut_down(self, reason: str) -> None:
         """Graceful shutdown ran out of time: end this request with a 503 now."""
@@ -229,56 +235,27 @@ class EmbeddingsRun:
             self._task.cancel()
 
     async def serve(self) -> web.Response:
-        plan = self._state.router.plan(self._model)
-        errors: list[UpstreamError] = []
-        refused: ClientError | None = None
-        skipped: list[tuple[float, bool]] = []
-        previous: Attempt | None = None
-        for attempt in plan:
-            if self._loop.time() >= self._deadline:
-                break
-            # key health as for chat: a key resting or out of rotation since the plan was
-            # drawn is skipped, and every outcome is reported to it
-            now = time.monotonic()
-            ticket = attempt.health.begin(now, attempt.model)
-            if ticket == REFUSED:
-                skipped.append(attempt.health.refusal(now, attempt.model))
-                continue
-            if previous is not None:
-                count_move(previous, attempt, self._model)
-            previous = attempt
-            started = self._loop.time()
-            try:
-                response = await self._try(attempt)
-            except ClientError as err:
-                attempt.health.released(ticket)
-                refused = refused or err  # this target cannot take the request: the next may
-                continue
-            except UpstreamError as err:
-                hide_credentials(err, attempt.key)
-                report_failure(attempt, ticket, err)
-                errors.append(err)
-                if not err.retryable:
-                    break
-                continue
-            except BaseException:
-                attempt.health.released(ticket)
-                raise
-            usage = Usage(prompt_tokens=self.usage.prompt_tokens) if self.usage else None
-            report_success(attempt, ticket, self._loop.time() - started, usage)
-            return response
-        if errors:
-            raise final_error(errors)
-        if refused is not None:
-            raise refused
-        if skipped:
-            raise unavailable(self._model, skipped)
-        raise NoUpstreamAvailable("no upstream target could be tried for this model")
+        state = self._state
+        self.runner = runner = AttemptRunner(
+            plan=state.router.plan(self._model),
+            model=self._model,
+            deadline=self._deadline,
+            clock=state.pool.clock,
+            tokens=state.tokens,
+            loop=self._loop,
+            refusals=True,  # a target that cannot take the input: the next one may
+        )
+        return await runner.run(self)
 
-    async def _try(self, attempt: Attempt) -> web.Response:
-        mark = perf_counter()
-        family = embeddings_provider(attempt.provider)
-        call = EmbeddingsCall(
+    @property
+    def _runner(self) -> AttemptRunner:
+        assert self.runner is not None
+        return self.runner
+
+    # --- one attempt (the runner's step) -------------------------------------------------
+
+    def _call(self, attempt: Attempt) -> EmbeddingsCall:
+        return EmbeddingsCall(
             inputs=self._inputs,
             body=self._body,
             dimensions=self._dimensions,
@@ -286,27 +263,34 @@ class EmbeddingsRun:
             key=attempt.key,
             model=attempt.model,
             now=datetime.now(UTC),
+            access_token=self._runner.token,
         )
+
+    def refuses(self, attempt: Attempt) -> None:
+        """400 for a kind without embeddings, or token ids to a text-only family (checked
+        before any credential is fetched)."""
+        family = self._family = embeddings_provider(attempt.provider)
         if not family.takes_token_ids:
-            texts_of(call)  # refuse token ids before fetching any credential
-        if not family.needs_access_token:
-            parts = family.plan(call)
-            self.attempts += 1
-        else:
-            self.attempts += 1
-            call.access_token = await self._token_for(attempt)
-            parts = family.plan(call)
+            texts_of(self._call(attempt))
+
+    def token_source(self, attempt: Attempt) -> TokenSource | None:
+        assert self._family is not None
+        return self._family.token_source(attempt.key)
+
+    async def send(self, attempt: Attempt) -> web.Response:
+        mark = perf_counter()
+        family = self._family
+        assert family is not None
+        call = self._call(attempt)
+        parts = family.plan(call)
         timeouts = attempt.provider.timeouts
-        until = min(self._loop.time() + timeouts.total_s, self._deadline)
-        self.attempt = attempt
         self.gateway_s += perf_counter() - mark
-        try:
-            async with asyncio.timeout_at(until):
-                results = await self._send_all(attempt, family, call, parts)
-        except TimeoutError:
-            raise UpstreamTimeout(
-                f"the upstream did not answer within {timeouts.total_s:g}s"
-            ) from None
+        results = await self._runner.bounded(
+            self._send_all(attempt, family, call, parts),
+            timeouts.total_s,
+            lambda: UpstreamTimeout(f"the upstream did not answer within {timeouts.total_s:g}s"),
+        )
+        self._answered_loop = self._loop.time()
         self.answered_at = mark = perf_counter()
         vectors, tokens = merge(call, parts, results)
         self.usage = EmbeddingsUsage(prompt_tokens=tokens, total_tokens=tokens)
@@ -319,15 +303,13 @@ class EmbeddingsRun:
                 "x-request-id": self._request_id,
                 "x-gateway-provider": attempt.provider.name,
                 "x-gateway-model": attempt.model,
-                "x-gateway-attempts": str(self.attempts),
+                "x-gateway-attempts": str(self._runner.attempts),
             },
         )
 
-    async def _token_for(self, attempt: Attempt) -> str:
-        credentials = attempt.key.credentials_file if attempt.key is not None else None
-        if not credentials:
-            raise UpstreamConnectError(f"provider {attempt.provider.name!r} has no credentials")
-        return await self._state.tokens.token(credentials)
+    def ended(self) -> Ended:
+        usage = Usage(prompt_tokens=self.usage.prompt_tokens) if self.usage else None
+        return Ended(first_byte_at=self._answered_loop, usage=usage)
 
     async def _send_all(
         self, attempt: Attempt, family: EmbeddingsProvider, call: EmbeddingsCall, parts: list[Part]
@@ -357,16 +339,9 @@ class EmbeddingsRun:
         self, attempt: Attempt, family: EmbeddingsProvider, call: EmbeddingsCall, part: Part
     ) -> PartResult:
         connect_s = attempt.provider.timeouts.connect_s
-        body = await open_upstream(
+        data, headers = await fetch_all(
             self._state.pool, attempt.adapter, part.request, connect_s=connect_s
         )
-        try:
-            data = await read_all(body)
-        except BaseException:
-            body.abort()
-            raise
-        headers = body.head.headers if isinstance(body, UpstreamResponse) else {}
-        body.release()
         return family.parse(call, part, data, headers)
 
 

@@ -35,7 +35,7 @@ from gateway.accounting.service import (
 )
 from gateway.accounting.usage import estimated_usage, output_cap, tokens_of_chars
 from gateway.emulation.request import ToolEmulation, emulate_tools
-from gateway.errors import GatewayError, NoUpstreamAvailable
+from gateway.errors import NoUpstreamAvailable
 from gateway.inbound.client_urls import check_request as check_client_urls
 from gateway.observability.access import RECORD, RequestRecord
 from gateway.observability.metrics import OTHER_ROUTE
@@ -48,6 +48,7 @@ from gateway.server.state import REQUEST_ID, STATE, GatewayState
 from gateway.stream.actor import StreamActor
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.outbound import Outbound
+from gateway.stream.served import ChatJob, StreamOutcome
 from gateway.wire.openai_chat import ChatRequest, PromptTokensDetails, Usage
 
 COST_HEADER = "x-gateway-cost-usd"
@@ -125,29 +126,37 @@ async def serve_chat(
         on_answer = _stream_settler(accounting, ticket, record, outbound)
         actor = _actor(request, state, chat, body, plan, outbound, native, emulation, on_answer)
         streams = None
-        if actor.stream:
+        if chat.stream:
             route = record.route if record is not None else OTHER_ROUTE
             streams = router.metrics.active_streams_for(route)
             streams.inc()
         state.enter(actor)
         started = perf_counter()
+        outcome: StreamOutcome | None = None
         try:
-            response = await actor.run()
-        except BaseException as exc:
-            await _after_failure(accounting, ticket, actor, record)
-            if isinstance(exc, GatewayError) and actor.attempts:
-                exc.headers["x-gateway-attempts"] = str(actor.attempts)
-            raise
+            try:
+                outcome = await actor.run()
+            except BaseException:
+                outcome = actor.outcome()  # cancelled (the client left): where it stood
+                await _after_failure(accounting, ticket, outcome, record)
+                raise
+            response, error = outcome.response, outcome.error
+            if response is None:
+                await _after_failure(accounting, ticket, outcome, record)
+                assert error is not None
+                if outcome.attempts:
+                    error.headers["x-gateway-attempts"] = str(outcome.attempts)
+                raise error
         finally:
             state.leave(actor)
             if streams is not None:
                 streams.dec()
             if record is not None:
-                _observed(record, actor, started)
+                _observed(record, outcome or actor.outcome(), started)
         if not ticket.done:
             # a non-streaming answer, or a stream cut off after its commit point
-            settled = await _settle(accounting, ticket, actor, response, record=record)
-            if settled is not None and not actor.stream:
+            settled = await _settle(accounting, ticket, outcome, response, record=record)
+            if settled is not None and not outcome.stream:
                 response.headers[COST_HEADER] = usd_text(settled.cost_nanos)
                 if settled.estimated:
                     response.headers[ESTIMATED_HEADER] = "true"
@@ -165,36 +174,39 @@ def _actor(
     outbound: Outbound,
     native: NativeRequest | None,
     emulation: ToolEmulation | None,
-    on_answer: Callable[[StreamActor], Awaitable[None]],
+    on_answer: Callable[[StreamOutcome], Awaitable[None]],
 ) -> StreamActor:
     request_id = request[REQUEST_ID]
-    return StreamActor(
-        http=request,
-        pool=state.pool,
-        tokens=state.tokens,
-        server=state.config.server,
-        deadline_s=state.config.routing.deadline_s,
+    job = ChatJob(
         request=chat,
         body=body,
         plan=plan,
         request_id=request_id,
         headers={"x-request-id": request_id},
-        outbound=outbound,
+        deadline_s=state.config.routing.deadline_s,
         native=native,
         tool_emulation=emulation,
+    )
+    return StreamActor(
+        request,
+        job,
+        pool=state.pool,
+        tokens=state.tokens,
+        server=state.config.server,
+        outbound=outbound,
         on_answer=on_answer,
     )
 
 
 def _stream_settler(
     accounting: Accounting, ticket: Ticket, record: RequestRecord | None, outbound: Outbound
-) -> Callable[[StreamActor], Awaitable[None]]:
+) -> Callable[[StreamOutcome], Awaitable[None]]:
     """The actor's `on_answer`: a stream is settled once its answer is complete, and a chat
     stream's usage chunk carries the cost."""
     chat_outbound = outbound if isinstance(outbound, ChatOutbound) else None
 
-    async def on_answer(actor: StreamActor) -> None:
-        settled = await _settle(accounting, ticket, actor, record=record)
+    async def on_answer(outcome: StreamOutcome) -> None:
+        settled = await _settle(accounting, ticket, outcome, record=record)
         if chat_outbound is not None and settled is not None:
             chat_outbound.cost_usd = usd_text(settled.cost_nanos)
 
@@ -208,17 +220,17 @@ def key_name(principal: Principal) -> str | None:
     return "master" if principal.kind == "master" else None
 
 
-def _observed(record: RequestRecord, actor: StreamActor, started: float) -> None:
-    record.attempts = actor.attempts
-    attempt = actor.attempt
+def _observed(record: RequestRecord, outcome: StreamOutcome, started: float) -> None:
+    record.attempts = outcome.attempts
+    attempt = outcome.attempt
     if attempt is not None:
         record.provider, record.upstream_model = attempt.provider.name, attempt.model
-        record.first_token_at = actor.first_token_at
-        record.overhead_s = started - record.received + actor.gateway_s
-        failed = actor.stream_error
+        record.first_token_at = outcome.first_token_at
+        record.overhead_s = started - record.received + outcome.gateway_s
+        failed = outcome.stream_error
         if failed is not None:
             record.failed_status, record.error = failed.status, failed.code or failed.type
-    if actor.client.too_slow:
+    if outcome.client_too_slow:
         # the client stopped reading: its failure, not the upstream's
         record.failed_status, record.error = CLIENT_TOO_SLOW, "client_write_timeout"
 
@@ -237,25 +249,25 @@ def record_usage(record: RequestRecord | None, usage: Usage, settled: Settled) -
 async def _settle(
     accounting: Accounting,
     ticket: Ticket,
-    actor: StreamActor,
+    outcome: StreamOutcome,
     response: web.StreamResponse | None = None,
     *,
     record: RequestRecord | None = None,
 ) -> Settled | None:
-    if actor.attempt is None:
+    attempt = outcome.attempt
+    if attempt is None:
         await accounting.release(ticket)
         return None
-    usage, estimated = actor.usage, False
+    usage, estimated = outcome.usage, False
     if usage is None:
         # No count from the upstream: what was streamed (or, for a non-streaming answer
         # passed through whole, its body) is the estimate.
         text = ""
-        if actor.accumulator is None and isinstance(response, web.Response):
+        if outcome.accumulator is None and isinstance(response, web.Response):
             body = response.body
             text = body.decode("utf-8", "replace") if isinstance(body, bytes) else ""
-        usage = estimated_usage(actor.accumulator, ticket.prompt_tokens, text)
+        usage = estimated_usage(outcome.accumulator, ticket.prompt_tokens, text)
         estimated = True
-    attempt = actor.attempt
     target = accounting.target(attempt.provider, attempt.model)
     settled = await accounting.settle(ticket, usage, estimated=estimated, target=target)
     record_usage(record, usage, settled)
@@ -263,13 +275,13 @@ async def _settle(
 
 
 async def _after_failure(
-    accounting: Accounting, ticket: Ticket, actor: StreamActor, record: RequestRecord | None
+    accounting: Accounting, ticket: Ticket, outcome: StreamOutcome, record: RequestRecord | None
 ) -> None:
     """A request that ends in an error (or a cancellation): a stream the client already
     received part of is charged for that part; anything else gives its reservation back."""
     if ticket.done:
         return
-    if actor.committed and actor.stream:
-        await _settle(accounting, ticket, actor, record=record)
+    if outcome.committed and outcome.stream:
+        await _settle(accounting, ticket, outcome, record=record)
     else:
         await accounting.release(ticket)

@@ -26,18 +26,16 @@ from typing import Any
 from aiohttp import web
 
 from gateway.config import ServerConfig
-from gateway.emulation.request import ToolEmulation
 from gateway.emulation.translator import EmulatedToolCalls
 from gateway.errors import (
     GatewayError,
     NoUpstreamAvailable,
     UpstreamError,
     UpstreamProtocolError,
+    UpstreamTimeout,
 )
 from gateway.framing.registry import make_decoder
-from gateway.providers.base import NativeRequest, UpstreamCall, hide_credentials
-from gateway.routing.balancer import unavailable
-from gateway.routing.health import REFUSED
+from gateway.providers.base import TokenSource, UpstreamCall
 from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
@@ -45,72 +43,61 @@ from gateway.stream.client_stream import ClientGone, ClientStream
 from gateway.stream.deadlines import Deadlines
 from gateway.stream.outbound import Outbound
 from gateway.stream.pipeline import ChunkPipeline
-from gateway.stream.unary import serve_accumulated, serve_unary
-from gateway.upstream.alarm import Alarm
+from gateway.stream.served import ChatJob, StreamOutcome
+from gateway.upstream.attempts import AttemptRunner, Ended
 from gateway.upstream.credentials import AccessTokens
 from gateway.upstream.http_client import HttpPool, PendingResponse
-from gateway.upstream.outcome import count_move, final_error, report_failure, report_success
 from gateway.upstream.transport import (
     PlaybackBody,
     UpstreamBody,
-    access_token,
     answered,
+    open_upstream,
+    read_all,
     send_upstream,
     speaks,
 )
-from gateway.wire.openai_chat import ChatRequest, Usage
+from gateway.wire.openai_chat import Usage
 
 
 class StreamActor:
-    """Serves one chat request through the planned attempts."""
+    """Serves one chat request through the planned attempts (an `AttemptRunner` step)."""
 
     def __init__(
         self,
-        *,
         http: web.Request,
+        job: ChatJob,
+        *,
         pool: HttpPool,
         tokens: AccessTokens,
         server: ServerConfig,
-        deadline_s: float,
-        request: ChatRequest,
-        body: dict[str, Any],
-        plan: list[Attempt],
-        request_id: str,
-        headers: dict[str, str],
         outbound: Outbound | None = None,
-        native: NativeRequest | None = None,
-        tool_emulation: ToolEmulation | None = None,
-        on_answer: Callable[[StreamActor], Awaitable[None]] | None = None,
+        on_answer: Callable[[StreamOutcome], Awaitable[None]] | None = None,
     ) -> None:
-        self._http = http
-        self.pool = pool
-        self._tokens = tokens
-        self._access_token: str | None = None
+        request = job.request
+        self._job = job
+        self._pool = pool
         self._server = server
-        self._request = request
-        self._body = body
-        self._plan = plan
-        self._emulation = tool_emulation
         # awaited once a stream's answer is complete, before its tail is encoded and sent
         # (accounting settles there, so the usage chunk can carry the cost and a crash after
         # the client saw the end cannot lose the spend)
         self._on_answer = on_answer
-        self.request_id = request_id
-        self._headers = headers
-        self.loop = asyncio.get_running_loop()
-        self.started = self.loop.time()
+        self.loop = loop = asyncio.get_running_loop()
+        self.started = loop.time()
         self.created = int(time.time())
-        self.deadline = self.started + deadline_s
         self.stream = bool(request.stream)
         if outbound is None:
             options = request.stream_options
             outbound = ChatOutbound(bool(options and options.include_usage))
         self.outbound = outbound
-        self._native = native
-        self.attempts = 0
-        self.attempt: Attempt | None = None
-        self.client = ClientStream(http, self.loop, server.client_write_timeout_s)
-        self.alarm = Alarm(pool.clock)  # the deadline of whatever the actor waits for
+        self.runner = AttemptRunner(
+            plan=job.plan,
+            model=request.model,
+            deadline=self.started + job.deadline_s,
+            clock=pool.clock,
+            tokens=tokens,
+            loop=loop,
+        )
+        self.client = ClientStream(http, loop, server.client_write_timeout_s)
         self.client.keepalive_bytes = outbound.keepalive
         self.accumulator: StreamAccumulator | None = None
         self._task: asyncio.Task[Any] | None = None
@@ -133,94 +120,88 @@ class StreamActor:
     def committed(self) -> bool:
         return self.client.committed
 
-    # --- attempts ----------------------------------------------------------------------
+    # --- the request ---------------------------------------------------------------------
 
-    async def run(self) -> web.StreamResponse:
+    async def run(self) -> StreamOutcome:
+        """Serve the request: its response, or the error to answer with, in the outcome.
+        A cancellation (client gone) propagates; `outcome()` then says where it stood."""
         self._task = asyncio.current_task()
         try:
-            return await self._run_attempts()
+            response = await self.runner.run(self)
+        except GatewayError as err:
+            return self.outcome(error=err)
         except asyncio.CancelledError:
             if self._shutdown_reason is None or self.committed:
                 raise
             _uncancel()
-            raise NoUpstreamAvailable(self._shutdown_reason, code="server_shutting_down") from None
+            shutdown = NoUpstreamAvailable(self._shutdown_reason, code="server_shutting_down")
+            return self.outcome(error=shutdown)
+        return self.outcome(response)
 
-    async def _run_attempts(self) -> web.StreamResponse:
-        errors: list[UpstreamError] = []
-        skipped: list[tuple[float, bool]] = []
-        previous: Attempt | None = None
-        for attempt in self._plan:
-            started = self.loop.time()
-            if started >= self.deadline:
-                break
-            health = attempt.health
-            now = time.monotonic()
-            # The plan was drawn before earlier attempts ran: a key may have become
-            # unavailable since, and a half-open key admits only its one probe.
-            ticket = health.begin(now, attempt.model)
-            if ticket == REFUSED:
-                skipped.append(health.refusal(now, attempt.model))
-                continue
-            if previous is not None:
-                count_move(previous, attempt, self._request.model)
-            previous = attempt
-            self.attempts += 1
-            self.attempt = attempt
-            self.stream_error, self._released, self.first_byte = None, False, 0.0
-            self.first_token_at, self.attempt_mark = 0.0, perf_counter()
-            try:
-                response = await self._serve(attempt)
-            except UpstreamError as err:
-                hide_credentials(err, attempt.key, self._access_token)
-                report_failure(attempt, ticket, err)
-                errors.append(err)
-                if not err.retryable:
-                    break
-                continue
-            except BaseException:
-                health.released(ticket)
-                raise
-            self._report_end(attempt, ticket, started)
-            return response
-        if not errors:
-            if skipped:
-                raise unavailable(self._request.model, skipped)
-            raise NoUpstreamAvailable("no upstream target could be tried for this model")
-        raise final_error(errors)
+    def outcome(
+        self, response: web.StreamResponse | None = None, error: GatewayError | None = None
+    ) -> StreamOutcome:
+        """Where the request stands, frozen."""
+        runner, client = self.runner, self.client
+        return StreamOutcome(
+            response=response,
+            error=error,
+            attempts=runner.attempts,
+            attempt=runner.attempt,
+            stream=self.stream,
+            committed=client.committed,
+            released=self._released,
+            client_too_slow=client.too_slow,
+            stream_error=self.stream_error,
+            usage=self.usage,
+            accumulator=self.accumulator,
+            first_token_at=self.first_token_at,
+            gateway_s=self.gateway_s,
+        )
 
-    async def _serve(self, attempt: Attempt) -> web.StreamResponse:
-        self._access_token = await access_token(self._tokens, attempt)
+    # --- one attempt (the runner's step) -------------------------------------------------
+
+    def refuses(self, attempt: Attempt) -> None:
+        return None  # a chat target takes any chat request
+
+    def token_source(self, attempt: Attempt) -> TokenSource | None:
+        return attempt.adapter.token_source(attempt.key)
+
+    async def send(self, attempt: Attempt) -> web.StreamResponse:
+        self.stream_error, self._released, self.first_byte = None, False, 0.0
+        self.first_token_at, self.attempt_mark = 0.0, perf_counter()
         if self.stream:
             return await self._serve_stream(attempt)
         # emulated tool calls are parsed from the text: the upstream streams then
-        if attempt.adapter.native_unary and self._emulation is None:
-            return await serve_unary(self, attempt)
-        return await serve_accumulated(self, attempt)
+        if attempt.adapter.native_unary and self._job.tool_emulation is None:
+            return await self._serve_unary(attempt)
+        return await self._serve_accumulated(attempt)
 
-    def _report_end(self, attempt: Attempt, ticket: int, started: float) -> None:
+    def ended(self) -> Ended:
         """The attempt returned a response: a success, a failure after the commit point,
         or a client that left."""
-        if isinstance(self.stream_error, UpstreamError):
-            report_failure(attempt, ticket, self.stream_error)
-        elif self._released:
-            attempt.health.released(ticket)
-        else:
-            ttft = self.first_byte - started if self.first_byte else None
-            report_success(attempt, ticket, ttft, self.usage)
+        failed = self.stream_error
+        return Ended(
+            failure=failed if isinstance(failed, UpstreamError) else None,
+            released=self._released,
+            first_byte_at=self.first_byte,
+            usage=self.usage,
+        )
 
     def call(self, attempt: Attempt, stream: bool) -> UpstreamCall:
-        native = self._native
+        job = self._job
+        native = job.native
         return UpstreamCall(
-            request=self._request,
-            body=self._body,
+            request=job.request,
+            body=job.body,
             provider=attempt.provider,
             key=attempt.key,
             model=attempt.model,
             stream=stream,
-            request_id=self.request_id,
+            request_id=job.request_id,
             created=self.created,
             now=time.time(),
-            access_token=self._access_token,
+            access_token=self.runner.token,
             api=attempt.api,
             native=native if native is not None and speaks(attempt, native.api) else None,
         )
@@ -231,7 +212,7 @@ class StreamActor:
         """Wait for the upstream's answer under the read loop's lazy timer (armed by the
         caller), so the commit point and keep-alives happen even while an upstream holds
         its headers back (a gateway in front of this one, say)."""
-        alarm = self.alarm
+        alarm = self.runner.alarm
         try:
             while True:
                 try:
@@ -245,15 +226,85 @@ class StreamActor:
             sent.abort()
             raise
 
+    # --- non-streaming answers ---------------------------------------------------------------
+    # Their first token is the whole answer: `first_token_at` is when it was complete, and
+    # decoding and re-encoding it count as gateway time.
+
+    async def _serve_unary(self, attempt: Attempt) -> web.StreamResponse:
+        """Non-streaming upstream, answer passed through as the upstream wrote it."""
+        call = self.call(attempt, stream=False)
+        timeouts = attempt.provider.timeouts
+        request = attempt.adapter.build_request(call)
+        # A non-streaming upstream sends its first byte when it is done: only total_s
+        # applies, one deadline for the answer and its body, under one timer.
+        alarm = self.runner.alarm
+        alarm.arm(self.runner.until(timeouts.total_s))
+        self.gateway_s += perf_counter() - self.attempt_mark
+        body: UpstreamBody | None = None
+        try:
+            body = await open_upstream(
+                self._pool, attempt.adapter, request, connect_s=timeouts.connect_s
+            )
+            data = await read_all(body)
+        except asyncio.CancelledError:
+            if body is not None:
+                body.abort()
+            if not alarm.expired():
+                raise
+            if body is None:
+                raise UpstreamTimeout(
+                    f"the upstream did not answer within {timeouts.total_s:g}s"
+                ) from None
+            raise UpstreamTimeout("the upstream answer took over total_s") from None
+        except BaseException:
+            if body is not None:
+                body.abort()
+            raise
+        finally:
+            alarm.disarm()
+        self.first_byte = self.loop.time()  # a non-streamed answer's first token
+        self.first_token_at = mark = perf_counter()
+        try:
+            result = attempt.adapter.unary_result(call, data)
+        except BaseException:
+            body.abort()
+            raise
+        body.release()
+        self.usage = result.usage
+        answer = self.outbound.unary(result)
+        self.gateway_s += perf_counter() - mark
+        return await self._respond(answer)
+
+    async def _serve_accumulated(self, attempt: Attempt) -> web.StreamResponse:
+        """Non-streaming client, streaming-only upstream: accumulate, answer once."""
+        acc = (await self._pump(attempt, deliver=False)).acc
+        self.first_token_at = mark = perf_counter()
+        completion = self.outbound.completion(
+            acc,
+            id=acc.id or "chatcmpl-" + self._job.request_id,
+            model=acc.model or attempt.model,
+            created=acc.created,
+        )
+        self.usage = acc.usage
+        self.gateway_s += perf_counter() - mark
+        return await self._respond(completion)
+
+    async def _respond(self, body: bytes) -> web.Response:
+        if self.outbound.settle is not None:
+            await self.outbound.settle()
+        return web.Response(
+            body=body, content_type="application/json", headers=self.commit_headers()
+        )
+
     # --- streaming -------------------------------------------------------------------------
 
     async def _serve_stream(self, attempt: Attempt) -> web.StreamResponse:
         try:
-            pipeline = await self.pump(attempt, deliver=True)
+            pipeline = await self._pump(attempt, deliver=True)
         except UpstreamError as err:
             if not self.committed:
                 raise
-            self.stream_error = hide_credentials(err, attempt.key, self._access_token)
+            self.stream_error = self.runner.hide(err)
             return await self.client.end(self.outbound.error(err))
         except ClientGone:
             self._released = True
@@ -269,7 +320,7 @@ class StreamActor:
             return await self.client.end(self.outbound.error(shutdown))
         self.usage = pipeline.acc.usage
         if self._on_answer is not None:
-            await self._on_answer(self)
+            await self._on_answer(self.outcome())
         mark = perf_counter()
         tail = self.outbound.end(pipeline.acc, pipeline.usage_raw)
         self.gateway_s += perf_counter() - mark
@@ -277,29 +328,30 @@ class StreamActor:
             await self.outbound.settle()  # before the client can see the end (and act on it)
         return await self.client.end(tail)
 
-    async def pump(self, attempt: Attempt, *, deliver: bool) -> ChunkPipeline:
+    async def _pump(self, attempt: Attempt, *, deliver: bool) -> ChunkPipeline:
         """Run one upstream stream to its end; with `deliver`, write it to the client."""
+        job = self._job
         call = self.call(attempt, stream=True)
         timeouts = attempt.provider.timeouts
         self.client.pending = []
         self.client.headers = self.commit_headers()
         self.outbound.start_attempt(call.native is not None, call)
         acc = self.accumulator = StreamAccumulator(
-            single_choice=not (self._request.n and self._request.n > 1),
-            id_seed=self.request_id,
+            single_choice=not (job.request.n and job.request.n > 1),
+            id_seed=job.request_id,
         )
         deadlines = self.client.deadlines = Deadlines(
             opened=self.loop.time(),
             timeouts=timeouts,
-            request_deadline=self.deadline,
+            request_deadline=self.runner.deadline,
             commit_at=self.started + self._server.commit_after_s,
             keepalive_s=self._server.keepalive_s,
             deliver=deliver,
         )
         request = attempt.adapter.build_request(call)
         self.gateway_s += perf_counter() - self.attempt_mark
-        sent = await send_upstream(self.pool, request, connect_s=timeouts.connect_s)
-        alarm = self.alarm
+        sent = await send_upstream(self._pool, request, connect_s=timeouts.connect_s)
+        alarm = self.runner.alarm
         alarm.arm(deadlines.next_wake(self.committed))
         try:
             body = (
@@ -309,8 +361,9 @@ class StreamActor:
             )
             decoder = make_decoder(attempt.adapter.framing)
             translator = attempt.adapter.translator(call)
-            if self._emulation is not None:
-                translator = EmulatedToolCalls(translator, self._emulation, self.request_id)
+            emulation = job.tool_emulation
+            if emulation is not None:
+                translator = EmulatedToolCalls(translator, emulation, job.request_id)
             pipeline = ChunkPipeline(translator, acc, self.outbound)
             try:
                 await self._read_loop(body, decoder, pipeline, deadlines, deliver)
@@ -331,7 +384,7 @@ class StreamActor:
         deliver: bool,
     ) -> None:
         """Read the body to its end under the lazy timer (armed by the caller)."""
-        loop, alarm, client = self.loop, self.alarm, self.client
+        loop, alarm, client = self.loop, self.runner.alarm, self.client
         acc, translator = pipeline.acc, pipeline.translator
         spill = client if deliver else None
         while True:
@@ -391,11 +444,13 @@ class StreamActor:
             self._task.cancel()
 
     def commit_headers(self) -> dict[str, str]:
-        headers = dict(self._headers)
-        if self.attempt is not None:
-            headers["x-gateway-provider"] = self.attempt.provider.name
-            headers["x-gateway-model"] = self.attempt.model
-        headers["x-gateway-attempts"] = str(self.attempts)
+        runner = self.runner
+        headers = dict(self._job.headers)
+        attempt = runner.attempt
+        if attempt is not None:
+            headers["x-gateway-provider"] = attempt.provider.name
+            headers["x-gateway-model"] = attempt.model
+        headers["x-gateway-attempts"] = str(runner.attempts)
         return headers
 
 

@@ -1,72 +1,75 @@
-"""OAuth access tokens for Google service-account credentials files (the `vertex` kind).
+"""Access tokens for the credential sources adapters declare (`TokenSource`).
 
-A token is fetched with google-auth (its HTTP call is blocking, so it runs on a worker
-thread, never on the event loop), cached per credentials file, and refreshed once fewer than
-five minutes of its life are left; concurrent requests wait for one refresh instead of each
-starting their own. Failures become `UpstreamConnectError`s (the next target may work).
+An adapter says what a key needs (`token_source(key)`: a sans-IO description such as
+`GoogleServiceAccount(key_file)`); this module maps each source type to its
+blocking fetcher (`FETCHERS`: one entry per credential mechanism), runs the fetch on a
+worker thread (never on the event loop), caches the token per source, and refreshes it once
+fewer than five minutes of its life are left; concurrent requests wait for one refresh
+instead of each starting their own. Failures become `UpstreamConnectError`s (the next target
+may work).
 """
 
 from __future__ import annotations
 
 import asyncio
-import calendar
-import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
 
 from gateway.errors import UpstreamConnectError
+from gateway.providers.base import GoogleServiceAccount, TokenSource
+from gateway.upstream.google_auth import fetch_service_account_token
 
-CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
 REFRESH_MARGIN_S = 300.0
 
+# A blocking fetch of a fresh token and its expiry (unix seconds) for one source.
+Fetcher = Callable[[Any], tuple[str, float]]
 
-def fetch_token(credentials_file: str) -> tuple[str, float]:
-    """A fresh token and its expiry (unix seconds). Blocking: call it on a worker thread."""
-    from google.auth.transport.requests import Request
-    from google.oauth2 import service_account
-
-    credentials = service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
-        credentials_file, scopes=[CLOUD_PLATFORM]
-    )
-    credentials.refresh(Request())
-    expiry = credentials.expiry  # naive UTC
-    expires_at = calendar.timegm(expiry.utctimetuple()) if expiry else time.time() + 3600
-    return str(credentials.token), float(expires_at)
+FETCHERS: Mapping[type[TokenSource], Fetcher] = MappingProxyType(
+    {GoogleServiceAccount: fetch_service_account_token}
+)
 
 
 class AccessTokens:
+    """The process's token cache (one per worker, on the GatewayState)."""
+
     def __init__(
         self,
-        fetch: Callable[[str], tuple[str, float]] = fetch_token,
+        fetchers: Mapping[type[TokenSource], Fetcher] = FETCHERS,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._fetch = fetch
+        self._fetchers = fetchers
         self._clock = clock
-        self._tokens: dict[str, tuple[str, float]] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._tokens: dict[TokenSource, tuple[str, float]] = {}
+        self._locks: dict[TokenSource, asyncio.Lock] = {}
 
-    def _cached(self, path: str) -> str | None:
-        cached = self._tokens.get(path)
+    def _cached(self, source: TokenSource) -> str | None:
+        cached = self._tokens.get(source)
         if cached is not None and cached[1] - self._clock() > REFRESH_MARGIN_S:
             return cached[0]
         return None
 
-    async def token(self, credentials_file: str) -> str:
-        token = self._cached(credentials_file)
+    async def token(self, source: TokenSource) -> str:
+        token = self._cached(source)
         if token is not None:
             return token
-        lock = self._locks.setdefault(credentials_file, asyncio.Lock())
+        fetch = self._fetchers.get(type(source))
+        if fetch is None:
+            raise UpstreamConnectError(
+                f"no way to get an access token from {type(source).__name__} in this build"
+            )
+        lock = self._locks.setdefault(source, asyncio.Lock())
         async with lock:
-            token = self._cached(credentials_file)  # another request may have refreshed it
+            token = self._cached(source)  # another request may have refreshed it
             if token is not None:
                 return token
             try:
-                fresh, expires_at = await asyncio.to_thread(self._fetch, credentials_file)
+                fresh, expires_at = await asyncio.to_thread(fetch, source)
             except Exception as exc:  # google-auth raises many kinds; all mean "no token"
-                name = os.path.basename(credentials_file)
                 raise UpstreamConnectError(
-                    f"cannot get an access token with the credentials in {name}: "
+                    f"cannot get an access token with {source.label()}: "
                     f"{type(exc).__name__}: {exc}"[:500]
                 ) from None
-            self._tokens[credentials_file] = (fresh, expires_at)
+            self._tokens[source] = (fresh, expires_at)
             return fresh

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from typing import Protocol
 
-from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamProtocolError
+from gateway.errors import UpstreamError, UpstreamProtocolError
 from gateway.providers.base import ProviderAdapter, UpstreamRequest
 from gateway.routing.retry_after import retry_after_s
 from gateway.routing.router import Attempt
-from gateway.upstream.credentials import AccessTokens
 from gateway.upstream.http_client import HttpPool, PendingResponse, UpstreamResponse
 
 ERROR_BODY_LIMIT = 1 << 20
@@ -122,7 +122,7 @@ async def _error_answer(adapter: ProviderAdapter, response: UpstreamResponse) ->
     headers = response.head.headers
     err = adapter.error_from_response(response.status, b"".join(parts)[:ERROR_BODY_LIMIT], headers)
     if response.status == 429 or response.status >= 500:
-        err.retry_after_s = retry_after_s(headers, time.time())
+        err.retry_after_s = retry_after_s(headers, time.time(), adapter.rate_limits)
     return err
 
 
@@ -145,14 +145,20 @@ async def read_all(body: UpstreamBody) -> bytes:
         parts.append(data)
 
 
-async def access_token(tokens: AccessTokens, attempt: Attempt) -> str | None:
-    """The OAuth token an attempt's adapter needs (vertex), else None."""
-    if not attempt.adapter.needs_access_token:
-        return None
-    credentials = attempt.key.credentials_file if attempt.key is not None else None
-    if not credentials:
-        raise UpstreamConnectError(f"provider {attempt.provider.name!r} has no credentials")
-    return await tokens.token(credentials)
+async def fetch_all(
+    pool: HttpPool, adapter: ProviderAdapter, request: UpstreamRequest, *, connect_s: float
+) -> tuple[bytes, Mapping[str, str]]:
+    """A whole non-streamed answer and its headers (embeddings, count_tokens); the caller
+    bounds it with its deadline (cancelling it aborts the request)."""
+    body = await open_upstream(pool, adapter, request, connect_s=connect_s)
+    try:
+        data = await read_all(body)
+    except BaseException:
+        body.abort()
+        raise
+    headers: Mapping[str, str] = body.head.headers if isinstance(body, UpstreamResponse) else {}
+    body.release()
+    return data, headers
 
 
 def speaks(attempt: Attempt, api: str) -> bool:

@@ -12,7 +12,6 @@ import pytest
 from gateway.config import ProviderKey, Secret
 from gateway.errors import BadRequest
 from gateway.inbound.messages_request import (
-    count_tokens_request,
     effort_for_budget,
     translate_request,
 )
@@ -346,7 +345,7 @@ def test_count_tokens_request_keeps_what_count_tokens_takes() -> None:
         stream=False,
         request_id="r",
     )
-    upstream = count_tokens_request(AnthropicAdapter(provider), call)
+    upstream = AnthropicAdapter(provider).count_tokens(call).request
     assert upstream.url == "http://127.0.0.1:9/v1/messages/count_tokens"
     assert upstream.headers["x-api-key"] == "sk-ant"
     assert upstream.headers["anthropic-version"]

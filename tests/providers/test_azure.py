@@ -59,7 +59,7 @@ def test_registry_makes_an_azure_adapter() -> None:
     assert isinstance(adapter, AzureAdapter)
     assert adapter.framing == "sse"
     assert adapter.native_unary
-    assert not adapter.needs_access_token
+    assert adapter.token_source(provider().keys[0]) is None
 
 
 @pytest.mark.parametrize(

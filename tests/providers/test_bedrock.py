@@ -424,7 +424,7 @@ def test_build_request_sigv4_and_url() -> None:
     assert isinstance(adapter, BedrockAdapter)
     assert adapter.framing == "aws-eventstream"
     assert adapter.native_unary
-    assert not adapter.needs_access_token
+    assert adapter.token_source(provider().keys[0]) is None
     req = adapter.build_request(make_call())
     assert req.url == (
         "https://bedrock-runtime.us-east-1.amazonaws.com/model/us.amazon.nova-micro-v1%3A0"

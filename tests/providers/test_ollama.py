@@ -124,7 +124,7 @@ def test_url_for_stream_and_unary(base_url: str | None, url: str) -> None:
     assert adapter.build_request(make_call(stream=False)).url == url
     assert adapter.framing == "ndjson"
     assert adapter.native_unary is True
-    assert adapter.needs_access_token is False
+    assert adapter.token_source(None) is None
 
 
 def test_no_authorization_without_keys_or_with_an_empty_key() -> None:

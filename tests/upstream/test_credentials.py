@@ -1,4 +1,5 @@
-"""Vertex access tokens: fetched with google-auth off the loop, cached, refreshed, shared."""
+"""Access tokens for declared token sources: fetched off the loop by the fetcher of the
+source's type, cached, refreshed, shared; Google service accounts through google-auth."""
 
 from __future__ import annotations
 
@@ -10,9 +11,14 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import UpstreamConnectError
-from gateway.upstream.credentials import REFRESH_MARGIN_S, AccessTokens, fetch_token
+from gateway.providers.base import GoogleServiceAccount, TokenSource
+from gateway.upstream.credentials import REFRESH_MARGIN_S, AccessTokens
+from gateway.upstream.google_auth import fetch_service_account_token
 from tests.upstreams.gemini_upstream import FakeGemini
 from tests.vertex_credentials import service_account_file
+
+
+SA = GoogleServiceAccount("sa.json")
 
 
 class Counting:
@@ -21,7 +27,7 @@ class Counting:
         self.expires_at = 10_000.0
         self.threads: set[int] = set()
 
-    def __call__(self, path: str) -> tuple[str, float]:
+    def __call__(self, source: GoogleServiceAccount) -> tuple[str, float]:
         self.calls += 1
         self.threads.add(threading.get_ident())
         return f"token-{self.calls}", self.expires_at
@@ -30,20 +36,20 @@ class Counting:
 async def test_cached_until_the_refresh_margin() -> None:
     now = [0.0]
     fetch = Counting()
-    tokens = AccessTokens(fetch, clock=lambda: now[0])
-    assert await tokens.token("sa.json") == "token-1"
-    assert await tokens.token("sa.json") == "token-1"
+    tokens = AccessTokens({GoogleServiceAccount: fetch}, clock=lambda: now[0])
+    assert await tokens.token(SA) == "token-1"
+    assert await tokens.token(SA) == "token-1"
     now[0] = fetch.expires_at - REFRESH_MARGIN_S - 1
-    assert await tokens.token("sa.json") == "token-1"
+    assert await tokens.token(SA) == "token-1"
     now[0] = fetch.expires_at - REFRESH_MARGIN_S + 1
-    assert await tokens.token("sa.json") == "token-2"
+    assert await tokens.token(SA) == "token-2"
     assert threading.get_ident() not in fetch.threads  # never on the event loop's thread
 
 
 async def test_concurrent_requests_share_one_refresh() -> None:
     fetch = Counting()
-    tokens = AccessTokens(fetch, clock=lambda: 0.0)
-    got = await asyncio.gather(*(tokens.token("sa.json") for _ in range(20)))
+    tokens = AccessTokens({GoogleServiceAccount: fetch}, clock=lambda: 0.0)
+    got = await asyncio.gather(*(tokens.token(SA) for _ in range(20)))
     assert set(got) == {"token-1"}
     assert fetch.calls == 1
 
@@ -51,7 +57,31 @@ async def test_concurrent_requests_share_one_refresh() -> None:
 async def test_failure_is_an_upstream_error_naming_the_file_only(tmp_path: Path) -> None:
     tokens = AccessTokens()
     with pytest.raises(UpstreamConnectError, match=r"credentials in missing\.json"):
-        await tokens.token(str(tmp_path / "missing.json"))
+        await tokens.token(GoogleServiceAccount(str(tmp_path / "missing.json")))
+
+
+class OtherIdentity(TokenSource, frozen=True):
+    """A source type no fetcher is registered for (as a later cloud identity would be)."""
+
+    name: str
+
+    def label(self) -> str:
+        return "identity " + self.name
+
+
+async def test_each_source_type_has_its_own_fetcher_and_cache_entry() -> None:
+    google, other = Counting(), Counting()
+    tokens = AccessTokens({GoogleServiceAccount: google, OtherIdentity: other}, clock=lambda: 0.0)
+    assert await tokens.token(SA) == "token-1"
+    assert await tokens.token(OtherIdentity("sa.json")) == "token-1"
+    assert await tokens.token(GoogleServiceAccount("other.json")) == "token-2"
+    assert (google.calls, other.calls) == (2, 1)
+
+
+async def test_a_source_without_a_fetcher_is_a_connect_error() -> None:
+    tokens = AccessTokens({GoogleServiceAccount: Counting()}, clock=lambda: 0.0)
+    with pytest.raises(UpstreamConnectError, match="OtherIdentity"):
+        await tokens.token(OtherIdentity("x"))
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +93,7 @@ def fake() -> Iterator[FakeGemini]:
 
 def test_google_auth_fetches_a_token_from_the_token_uri(fake: FakeGemini, tmp_path: Path) -> None:
     path = service_account_file(tmp_path, fake.base_url + "/token")
-    token, expires_at = fetch_token(str(path))
+    token, expires_at = fetch_service_account_token(GoogleServiceAccount(str(path)))
     assert token.startswith("ya29.fake-")
     assert expires_at > 0
     grant = fake.token_requests[-1]

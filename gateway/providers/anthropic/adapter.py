@@ -26,8 +26,11 @@ from collections.abc import Mapping
 from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
+from gateway.providers.anthropic.count_tokens import count_tokens
 from gateway.providers.anthropic.request import answer_tool, build_messages_request
 from gateway.providers.base import (
+    TokenCount,
+    no_token_source,
     Translated,
     UnaryResult,
     UpstreamCall,
@@ -319,7 +322,7 @@ class AnthropicAdapter:
 
     framing = "sse"
     native_unary = True
-    needs_access_token = False
+    token_source = no_token_source
     # an Anthropic Messages client's request is forwarded as is (see the module docstring)
     native_apis: frozenset[str] = frozenset({"messages"})
 
@@ -346,6 +349,9 @@ class AnthropicAdapter:
         return UpstreamRequest(
             url=self._url, headers=headers, body=anthropic_encoder.encode(forwarded)
         )
+
+    def count_tokens(self, call: UpstreamCall) -> TokenCount:
+        return count_tokens(self._url + "/count_tokens", self.build_request(call).headers, call)
 
     def translator(self, call: UpstreamCall) -> AnthropicStreamTranslator:
         # a native request never carries the gateway's structured-answer tool

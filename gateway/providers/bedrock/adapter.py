@@ -34,6 +34,8 @@ from gateway.errors import (
 )
 from gateway.framing.aws_eventstream import EventStreamMessage
 from gateway.providers.base import (
+    cannot_count_tokens,
+    no_token_source,
     Translated,
     UnaryResult,
     UpstreamCall,
@@ -330,7 +332,8 @@ class BedrockAdapter:
 
     framing = "aws-eventstream"
     native_unary = True
-    needs_access_token = False
+    token_source = no_token_source
+    count_tokens = cannot_count_tokens
     native_apis: frozenset[str] = frozenset()
 
     def __init__(self, provider: ProviderConfig) -> None:

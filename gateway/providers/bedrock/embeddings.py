@@ -30,7 +30,7 @@ import msgspec
 
 from gateway.config_base import effective_base_url
 from gateway.errors import BadRequest
-from gateway.providers.base import UpstreamRequest, path_segment
+from gateway.providers.base import UpstreamRequest, path_segment, no_token_source
 from gateway.providers.bedrock.auth import authorized
 from gateway.providers.bedrock.config import BedrockProvider
 from gateway.providers.embeddings import (
@@ -118,7 +118,7 @@ def header(headers: Mapping[str, str], name: str) -> str | None:
 class BedrockEmbeddings:
     """The `bedrock` kind."""
 
-    needs_access_token = False
+    token_source = no_token_source
     takes_token_ids = False
 
     def __init__(self, provider: BedrockProvider) -> None:

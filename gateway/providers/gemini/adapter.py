@@ -19,6 +19,8 @@ from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
 from gateway.providers.base import (
+    cannot_count_tokens,
+    no_token_source,
     Translated,
     UnaryResult,
     UpstreamCall,
@@ -264,7 +266,8 @@ class GeminiAdapter:
 
     framing = "sse"
     native_unary = True
-    needs_access_token = False
+    token_source = no_token_source
+    count_tokens = cannot_count_tokens
     native_apis: frozenset[str] = frozenset()
 
     def __init__(self, provider: ProviderConfig) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from gateway.providers.base import UpstreamRequest, path_segment
+from gateway.providers.base import UpstreamRequest, path_segment, no_token_source
 from gateway.providers.embeddings import (
     EmbeddingsCall,
     Part,
@@ -67,7 +67,7 @@ def model_path(model: str) -> str:
 class GeminiEmbeddings:
     """The `gemini` kind."""
 
-    needs_access_token = False
+    token_source = no_token_source
     takes_token_ids = False
 
     def __init__(self, provider: GeminiProvider) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.config import MockOptions, ProviderConfig
 from gateway.errors import UpstreamError
-from gateway.providers.base import UnaryResult, UpstreamCall, UpstreamRequest
+from gateway.providers.base import UnaryResult, UpstreamCall, UpstreamRequest, cannot_count_tokens, no_token_source
 from gateway.providers.openai.adapter import ChatStreamTranslator, error_from_body
 from gateway.wire.openai_chat import (
     ChatChunk,
@@ -134,7 +134,8 @@ class MockAdapter:
 
     framing = "sse"
     native_unary = False
-    needs_access_token = False
+    token_source = no_token_source
+    count_tokens = cannot_count_tokens
     native_apis: frozenset[str] = frozenset()
 
     def __init__(self, provider: ProviderConfig) -> None:

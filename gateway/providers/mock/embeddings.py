@@ -15,7 +15,7 @@ import struct
 from collections.abc import Mapping
 
 from gateway.errors import BadRequest
-from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import UpstreamRequest, no_token_source
 from gateway.providers.embeddings import EmbeddingsCall, Part, PartResult, estimate_tokens
 from gateway.providers.mock.config import MockProvider
 from gateway.providers.openai.embeddings import parse_openai
@@ -54,7 +54,7 @@ def seed_of(item: str | list[int]) -> bytes:
 class MockEmbeddings:
     """The `mock` kind."""
 
-    needs_access_token = False
+    token_source = no_token_source
     takes_token_ids = True
 
     def __init__(self, provider: MockProvider) -> None:

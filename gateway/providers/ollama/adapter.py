@@ -21,6 +21,8 @@ from typing import Any
 from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.providers.base import (
+    cannot_count_tokens,
+    no_token_source,
     Translated,
     UnaryResult,
     UpstreamCall,
@@ -206,7 +208,8 @@ class OllamaAdapter:
 
     framing = "ndjson"
     native_unary = True
-    needs_access_token = False
+    token_source = no_token_source
+    count_tokens = cannot_count_tokens
     native_apis: frozenset[str] = frozenset()
 
     def __init__(self, provider: ProviderConfig) -> None:

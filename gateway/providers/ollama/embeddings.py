@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import msgspec
 
 from gateway.config_base import effective_base_url
-from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import UpstreamRequest, no_token_source
 from gateway.providers.embeddings import EmbeddingsCall, Part, PartResult, decode_json, texts_of
 from gateway.providers.ollama.config import OllamaProvider
 
@@ -34,7 +34,7 @@ _decoder = msgspec.json.Decoder(EmbedResponse)
 class OllamaEmbeddings:
     """The `ollama` kind."""
 
-    needs_access_token = False
+    token_source = no_token_source
     takes_token_ids = False
 
     def __init__(self, provider: OllamaProvider) -> None:

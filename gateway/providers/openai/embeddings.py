@@ -16,7 +16,7 @@ from msgspec import UNSET
 
 from gateway.config_base import effective_base_url
 from gateway.errors import UpstreamProtocolError
-from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import UpstreamRequest, no_token_source
 from gateway.providers.embeddings import (
     EmbeddingsCall,
     Part,
@@ -51,7 +51,7 @@ def parse_openai(body: bytes) -> PartResult:
 class OpenAIEmbeddings:
     """The `openai` kind: `POST {base_url}/embeddings`, the key as a bearer token."""
 
-    needs_access_token = False
+    token_source = no_token_source
     takes_token_ids = True
 
     def __init__(self, provider: OpenAIProvider) -> None:

@@ -11,13 +11,29 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from gateway.config import ProviderConfig, effective_base_url
+from gateway.config_base import ProviderKey
 from gateway.errors import UpstreamConnectError
-from gateway.providers.base import UpstreamCall, UpstreamRequest
+from gateway.providers.base import (
+    GoogleServiceAccount,
+    TokenSource,
+    UpstreamCall,
+    UpstreamRequest,
+)
 from gateway.providers.gemini.adapter import GeminiAdapter
+from gateway.providers.vertex.config import VertexKey
+
+
+def service_account(key: ProviderKey | None) -> GoogleServiceAccount:
+    """A vertex key's credential: an OAuth token for its service-account file (chat and
+    embeddings alike)."""
+    if not isinstance(key, VertexKey) or not key.credentials_file:
+        raise UpstreamConnectError("the Vertex AI key has no credentials_file")
+    return GoogleServiceAccount(key.credentials_file)
 
 
 class VertexAdapter(GeminiAdapter):
-    needs_access_token = True
+    def token_source(self, key: ProviderKey | None) -> TokenSource | None:
+        return service_account(key)
 
     def __init__(self, provider: ProviderConfig) -> None:
         super().__init__(provider)

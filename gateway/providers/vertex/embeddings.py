@@ -17,8 +17,9 @@ from collections.abc import Mapping
 
 import msgspec
 
+from gateway.config_base import ProviderKey
 from gateway.errors import UpstreamConnectError
-from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import TokenSource, UpstreamRequest
 from gateway.providers.embeddings import (
     EmbeddingsCall,
     Part,
@@ -28,6 +29,7 @@ from gateway.providers.embeddings import (
     texts_of,
 )
 from gateway.providers.gemini.embeddings import model_path
+from gateway.providers.vertex.adapter import service_account
 from gateway.providers.vertex.config import VertexProvider
 
 VERTEX_BATCH = 250
@@ -71,11 +73,13 @@ _vertex_decoder = msgspec.json.Decoder(VertexPredictResponse)
 class VertexAIEmbeddings:
     """The `vertex` kind."""
 
-    needs_access_token = True
     takes_token_ids = False
 
     def __init__(self, provider: VertexProvider) -> None:
         self._base = provider.models_url()
+
+    def token_source(self, key: ProviderKey | None) -> TokenSource | None:
+        return service_account(key)
 
     def plan(self, call: EmbeddingsCall) -> list[Part]:
         texts = texts_of(call)

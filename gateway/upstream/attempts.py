@@ -1,0 +1,212 @@
+"""The attempt runner: the one loop every upstream call goes through (chat streams, unary
+chat answers, embeddings, count_tokens).
+
+For each attempt of the router's plan, while the request's deadline has not passed:
+
+1. key: `health.begin` (a key resting, out of rotation or already probed since the plan was
+   drawn is skipped); the step may refuse the target (`Step.refuses`: a `ClientError` such
+   as token ids to a text-only embeddings model), which releases the key and moves on
+   without counting an attempt;
+2. counted (`attempts`, the retry/failover metrics);
+3. access token: the step's `TokenSource` (declared by the adapter) fetched through the
+   process's `AccessTokens`;
+4. the step's request, under the shared alarm clock (`alarm`, `bounded`): no
+   `asyncio.timeout` on these paths;
+5. key health told how it ended (`report_success` / `report_failure`, or released when the
+   client left);
+6. every credential of the attempt (the key's secrets and the access token) cut out of its
+   error before anyone sees it (`hide`);
+7. a retryable failure moves on to the next attempt; when none is left, `final_error`.
+
+The runner holds only what the loop needs (the current attempt, its token, the count);
+what a step makes of an attempt is the step's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+import msgspec
+
+from gateway.errors import ClientError, GatewayError, NoUpstreamAvailable, UpstreamError
+from gateway.providers.base import TokenSource, hide_credentials
+from gateway.routing.balancer import unavailable
+from gateway.routing.health import REFUSED
+from gateway.routing.router import Attempt
+from gateway.upstream.alarm import Alarm, AlarmClock
+from gateway.upstream.credentials import AccessTokens
+from gateway.upstream.outcome import count_move, final_error, report_failure, report_success
+from gateway.wire.openai_chat import Usage
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+E = TypeVar("E", bound=GatewayError)
+
+
+class Ended(msgspec.Struct, frozen=True, gc=False):
+    """How an attempt that returned a result ended, for its key's health."""
+
+    failure: UpstreamError | None = None  # a committed stream that failed after its start
+    released: bool = False  # the client left (or shutdown): says nothing about the key
+    first_byte_at: float = 0.0  # loop time of the first upstream byte (0: none)
+    usage: Usage | None = None  # what the key served, for its token rate
+
+
+class Step(Protocol[T_co]):
+    """What one kind of upstream call does within an attempt."""
+
+    def refuses(self, attempt: Attempt) -> None:
+        """Raise a `ClientError` if this target cannot take the request (checked before the
+        attempt counts and before any credential is fetched)."""
+        ...
+
+    def token_source(self, attempt: Attempt) -> TokenSource | None: ...
+
+    def send(self, attempt: Attempt) -> Awaitable[T_co]:
+        """The attempt's request and its answer; raises `UpstreamError` when it failed."""
+        ...
+
+    def ended(self) -> Ended:
+        """How the attempt that `send` just returned from ended."""
+        ...
+
+
+class AttemptRunner:
+    """One request's attempts through its plan; see the module docstring."""
+
+    __slots__ = (
+        "alarm",
+        "attempt",
+        "attempts",
+        "deadline",
+        "loop",
+        "model",
+        "plan",
+        "refusals",
+        "started",
+        "token",
+        "tokens",
+    )
+
+    def __init__(
+        self,
+        *,
+        plan: list[Attempt],
+        model: str,
+        deadline: float,
+        clock: AlarmClock,
+        tokens: AccessTokens,
+        loop: asyncio.AbstractEventLoop,
+        refusals: bool = False,
+    ) -> None:
+        self.plan = plan
+        self.model = model  # the client's model name (the failover metric's label)
+        self.deadline = deadline  # loop time: the whole request's deadline
+        self.loop = loop
+        self.tokens = tokens
+        self.alarm = Alarm(clock)  # the deadline of whatever the attempt waits for
+        # `refusals`: a ClientError from a target moves on to the next one (embeddings:
+        # a target that cannot take the input); otherwise it is the request's answer
+        self.refusals = refusals
+        self.attempts = 0
+        self.attempt: Attempt | None = None  # the current (at the end: the last) attempt
+        self.token: str | None = None  # the current attempt's access token
+        self.started = 0.0  # loop time the current attempt began
+
+    def hide(self, err: E) -> E:
+        """`err` with the current attempt's credentials (key secrets, token) cut out."""
+        attempt = self.attempt
+        return hide_credentials(err, attempt.key if attempt else None, self.token)
+
+    def until(self, timeout_s: float) -> float:
+        """Loop time `timeout_s` from now, or the request's deadline if that comes first."""
+        return min(self.loop.time() + timeout_s, self.deadline)
+
+    async def bounded(
+        self, work: Awaitable[T], timeout_s: float, timed_out: Callable[[], UpstreamError]
+    ) -> T:
+        """Await `work` under the alarm, at most `timeout_s` (and within the request's
+        deadline); past it, `work` is cancelled and `timed_out()` raised."""
+        alarm = self.alarm
+        alarm.arm(self.until(timeout_s))
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if not alarm.expired():
+                raise
+            raise timed_out() from None
+        finally:
+            alarm.disarm()
+
+    async def run(self, step: Step[T]) -> T:
+        """The first attempt's result that did not fail; the request's error otherwise."""
+        errors: list[UpstreamError] = []
+        refused: ClientError | None = None
+        skipped: list[tuple[float, bool]] = []
+        previous: Attempt | None = None
+        loop = self.loop
+        for attempt in self.plan:
+            started = loop.time()
+            if started >= self.deadline:
+                break
+            health = attempt.health
+            now = time.monotonic()
+            # The plan was drawn before earlier attempts ran: a key may have become
+            # unavailable since, and a half-open key admits only its one probe.
+            ticket = health.begin(now, attempt.model)
+            if ticket == REFUSED:
+                skipped.append(health.refusal(now, attempt.model))
+                continue
+            if self.refusals:
+                try:
+                    step.refuses(attempt)
+                except ClientError as err:
+                    health.released(ticket)
+                    refused = refused or err
+                    continue
+            if previous is not None:
+                count_move(previous, attempt, self.model)
+            previous = attempt
+            self.attempts += 1
+            self.attempt, self.token, self.started = attempt, None, started
+            try:
+                source = step.token_source(attempt)
+                if source is not None:
+                    self.token = await self.tokens.token(source)
+                result = await step.send(attempt)
+            except UpstreamError as err:
+                report_failure(attempt, ticket, self.hide(err))
+                errors.append(err)
+                if not err.retryable:
+                    break
+                continue
+            except ClientError as err:
+                health.released(ticket)
+                if not self.refusals:
+                    raise
+                refused = refused or err  # this target cannot take the request: the next may
+                continue
+            except BaseException:
+                health.released(ticket)
+                raise
+            self._report(attempt, ticket, step.ended())
+            return result
+        if errors:
+            raise final_error(errors)
+        if refused is not None:
+            raise refused
+        if skipped:
+            raise unavailable(self.model, skipped)
+        raise NoUpstreamAvailable("no upstream target could be tried for this model")
+
+    def _report(self, attempt: Attempt, ticket: int, ended: Ended) -> None:
+        if ended.failure is not None:
+            report_failure(attempt, ticket, ended.failure)
+        elif ended.released:
+            attempt.health.released(ticket)
+        else:
+            ttft = ended.first_byte_at - self.started if ended.first_byte_at else None
+            report_success(attempt, ticket, ttft, ended.usage)
