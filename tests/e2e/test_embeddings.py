@@ -205,6 +205,23 @@ def test_a_missing_input_and_an_upstream_400(gw: Gateway) -> None:
     assert upstream.headers["x-gateway-attempts"] == "1"
 
 
+def test_a_vertex_error_quoting_the_access_token_does_not_show_it(
+    gw: Gateway, fake: FakeEmbeddings
+) -> None:
+    """The OAuth token of the attempt is a credential like the key: an upstream message that
+    quotes it reaches the client redacted (chat always did; embeddings did not)."""
+    with httpx.Client(timeout=10) as http:
+        answer = http.post(
+            gw.v1 + "/embeddings", json={"model": "vx/echo-credential", "input": "a"}
+        )
+    sent = fake.requests[-1].headers["authorization"]
+    assert sent.startswith("Bearer ya29.fake-")
+    assert answer.status_code == 400
+    message = answer.json()["error"]["message"]
+    assert message == "credential Bearer [redacted] is not allowed here"
+    assert sent.removeprefix("Bearer ") not in answer.text
+
+
 def test_an_upstream_slower_than_total_s_is_a_504(gw: Gateway) -> None:
     with httpx.Client(timeout=10) as http:
         answer = http.post(gw.v1 + "/embeddings", json={"model": "oaslow/slow", "input": "a"})

@@ -17,7 +17,6 @@ from gateway.upstream.google_auth import fetch_service_account_token
 from tests.upstreams.gemini_upstream import FakeGemini
 from tests.vertex_credentials import service_account_file
 
-
 SA = GoogleServiceAccount("sa.json")
 
 

@@ -16,7 +16,7 @@ The upstream model name picks the scenario (`"model": "claude/<scenario>"` at th
 
 `POST /v1/messages/count_tokens` answers `{"input_tokens": count_of(body)}` (a stand-in
 count that changes with the messages, so a test can tell it was forwarded); a
-`fail-<status>` model gets that error there too.
+`fail-<status>` model gets that error there too, and `slow` waits 5 s before answering.
 
 A key starting with `sk-bad` gets a 401. Every request is recorded (headers, JSON body and
 the body's bytes).
@@ -181,6 +181,8 @@ class FakeAnthropic(ThreadedUpstream):
         if model.startswith("fail-"):
             status = int(model.removeprefix("fail-"))
             return web.json_response(error_body(status, f"scenario {model}"), status=status)
+        if model == "slow":
+            await asyncio.sleep(5)  # longer than any test's total_s
         return web.json_response({"input_tokens": count_of(body)})
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:

@@ -15,7 +15,8 @@ wire format:
 
 Every vector is `fake_vector(text)` (float32-exact values, `dimensions` long when asked,
 4 otherwise) and every token count `fake_tokens(text)`, so tests can check values, order and
-usage. The model name picks the scenario: `fail-500` answers HTTP 500 and `fail-400` HTTP 400,
+usage. The model name picks the scenario: `fail-500` answers HTTP 500 and `fail-400` HTTP 400
+(Vertex's `echo-credential`: a 400 quoting the Authorization header it was sent),
 each in the provider's error format; anything else succeeds, except a Titan `inputText` of
 `FAIL`, answered HTTP 503 (one failing part of a split request), and OpenAI's `slow`,
 answered after five seconds. A batch over the provider's cap
@@ -164,6 +165,10 @@ class FakeEmbeddings(ThreadedUpstream):
             return self._google_error(404, f"unknown action {action}")
         if model.startswith("fail-"):
             return self._google_error(int(model.removeprefix("fail-")), "fake failure")
+        if model == "echo-credential":
+            # as a proxy or a misbehaving server may: the credential it was sent, quoted
+            credential = request.headers.get("Authorization", "")
+            return self._google_error(400, f"credential {credential} is not allowed here")
         instances = seen.body["instances"]
         cap = 1 if model.startswith("gemini-embedding") else 250
         if len(instances) > cap:
