@@ -1,14 +1,14 @@
 """POST /v1/embeddings: the OpenAI embeddings API in front of every provider that has one.
 
 The request is checked here (input, encoding_format, dimensions), the router plans the
-attempts as for chat, they run through the attempt runner (upstream/attempts.py: key
-health, access tokens, the alarm clock, redaction, failover), and each attempt's provider
-family (`embeddings` of the kind's spec, sans-IO) builds the upstream requests: one, or
-several when the provider caps the inputs per call (sent concurrently, at most `PARALLEL_PARTS` at a time, merged in input order). A retryable
-failure of any part fails the attempt over to the next one, which starts again from the
-first input. A target whose provider cannot take the request (no embeddings API, token-id
-input to a text-only provider, `dimensions` a model does not take) is skipped; if no target
-could take it, the client gets that 400.
+attempts as for chat, they run through the attempt runner (upstream/attempts.py: key health,
+access tokens, the alarm clock, redaction, failover), and each attempt's provider family
+(`embeddings` of the kind's spec, sans-IO) builds the upstream requests: one, or several
+when the provider caps the inputs per call (sent concurrently, at most `PARALLEL_PARTS` at a
+time, merged in input order). A retryable failure of any part fails the attempt over to the
+next one, which starts again from the first input. A target whose provider cannot take the
+request (no embeddings API, token-id input to a text-only provider, `dimensions` a model
+does not take) is skipped; if no target could take it, the client gets that 400.
 
 Each attempt is bounded by its provider's `total_s` (and connect by `connect_s`) and the
 whole request by `routing.deadline_s`, on the shared alarm clock like every upstream wait.
