@@ -8,11 +8,30 @@ Sans-IO, like the translators that use it: no asyncio, aiohttp, logging or clock
   server-side tools).
 - `STOP_REASONS`: the stop words Anthropic's Messages API and Bedrock's Converse API share
   (Converse took them from Anthropic); each adds its own.
+- `ChunkTranslator`: the chunk factory every stream translator uses.
+- `ToolBlocks`: tool calls that are content blocks (Anthropic, Bedrock).
+- `copy_sampling`: the sampling parameters the request builders copy from the chat request.
+
+Tool-call indexes: a translator never counts tool calls. It passes on the upstream's own
+identity of a call (its id; Anthropic's and Bedrock's content-block index as the delta's
+`index`; none for Gemini and Ollama, whose calls arrive whole) and the stream's
+accumulator (`gateway/stream/accumulator.py`, owned by the actor) gives each call the
+index the client sees: the count of calls started in the stream, kept in one place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+
+from gateway.providers.base import Translated
+from gateway.wire.openai_chat import (
+    ChatChunk,
+    ChunkChoice,
+    Delta,
+    FunctionDelta,
+    ToolCallDelta,
+    Usage,
+)
 
 STOP_REASONS: Mapping[str, str] = {
     "end_turn": "stop",
@@ -34,3 +53,85 @@ def chat_finish(reason: str, made_calls: bool) -> str:
 def mapped_finish(table: Mapping[str, str], word: str | None, made_calls: bool) -> str:
     """`chat_finish` of a provider's own stop word looked up in `table` (unknown: `stop`)."""
     return chat_finish(table.get(word or "", "stop"), made_calls)
+
+
+class ChunkTranslator:
+    """What every stream translator starts from: the stream's chunk id, `created` and model
+    (a translator may learn the id and the model from the stream) and the chunk factory."""
+
+    __slots__ = ("_created", "_id", "_model", "done")
+
+    def __init__(self, *, id: str, created: int, model: str) -> None:
+        self.done = False
+        self._id = id
+        self._created = created
+        self._model = model
+
+    def _chunk(self, delta: Delta, finish: str | None = None) -> Translated:
+        """A chunk of choice 0 carrying `delta` (and the finish, when it is the last)."""
+        choice = ChunkChoice(delta=delta, finish_reason=finish)
+        return Translated(
+            ChatChunk(id=self._id, created=self._created, model=self._model, choices=[choice])
+        )
+
+    def _usage_chunk(self, usage: Usage) -> Translated:
+        """The usage chunk (no choices), which the accumulator holds for the stream's end."""
+        return Translated(
+            ChatChunk(id=self._id, created=self._created, model=self._model, usage=usage)
+        )
+
+
+class ToolBlocks:
+    """The tool calls of a stream whose calls are content blocks (Anthropic's Messages,
+    Bedrock's Converse): a call's start, its argument fragments routed by the block index,
+    and `"{}"` at the block's stop when no fragment ever came (a call without arguments).
+
+    The tool-call `index` in these deltas is the upstream's content-block index: the
+    upstream's identity of the call, not the index the client sees. That one is counted by
+    the stream's accumulator, the one tool-call counter of a stream (a text block before a
+    call makes the block index 1; the client still sees 0)."""
+
+    __slots__ = ("_answer", "_emitted", "_tools")
+
+    def __init__(self) -> None:
+        self._tools: set[int] = set()  # block indexes of client tool calls
+        self._answer: set[int] = set()  # blocks of the forced answer tool: their input is text
+        self._emitted: set[int] = set()  # blocks whose input had a non-empty fragment
+
+    @property
+    def made_calls(self) -> bool:
+        return bool(self._tools)
+
+    def __contains__(self, block: int) -> bool:
+        """Whether `block` is a call of ours (or the answer tool), started."""
+        return block in self._tools or block in self._answer
+
+    def start(self, block: int, id: str, name: str) -> Delta:
+        """A client tool call starting in content block `block`."""
+        self._tools.add(block)
+        call = ToolCallDelta(
+            index=block, id=id, type="function", function=FunctionDelta(name=name, arguments="")
+        )
+        return Delta(tool_calls=[call])
+
+    def start_answer(self, block: int) -> None:
+        """A block of the forced answer tool: its input is the answer's content."""
+        self._answer.add(block)
+
+    def arguments(self, block: int, text: str) -> Delta | None:
+        """A fragment of a block's input (None for a block that is not a call of ours:
+        a server-side tool's input, or a block never started)."""
+        if block in self._answer:
+            self._emitted.add(block)
+            return Delta(content=text)
+        if block not in self._tools:
+            return None
+        self._emitted.add(block)
+        call = ToolCallDelta(index=block, function=FunctionDelta(arguments=text))
+        return Delta(tool_calls=[call])
+
+    def stop(self, block: int) -> Delta | None:
+        """The block ended: `"{}"` if it is a call whose input never came."""
+        if block in self._emitted:
+            return None
+        return self.arguments(block, "{}")

@@ -7,7 +7,11 @@ Identity rules, the reason this module exists:
 - a tool-call delta belongs to the call with its `id`; without an id, to the call with its
   upstream `index`; never to "the most recent call";
 - the OpenAI `index` a client sees is the count of tool calls started in this choice, kept
-  here, whatever index the upstream used;
+  here, whatever index the upstream used. This is the stream's one tool-call counter
+  (DESIGN §1: the actor owns it, with the accumulator): translators never count calls,
+  they pass on the upstream's identity of each (an id; Anthropic's and Bedrock's content-
+  block index as `index`), so an OpenAI-compatible upstream's own numbering and a
+  translated one are renumbered by the same code;
 - each choice gets exactly one `finish_reason`, and it is `tool_calls` whenever the choice
   made tool calls;
 - usage is recorded wherever it appears and leaves only in the final usage chunk.

@@ -21,6 +21,7 @@ from gateway.providers.registry import make_adapter, provider_config
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import UNSET, ChatChunk, ChatRequest
 from tests.fixtures import FIXTURES
+from tests.providers.stream_view import client_chunks
 
 SSE_FIXTURES = ["anthropic_text_then_tool.sse", "anthropic_text_then_two_tools.sse"]
 DATA_FIXTURES = [
@@ -71,12 +72,13 @@ def fixture_events(name: str) -> list[SSEEvent]:
 
 
 def translate(events: list[SSEEvent], answer_tool: str | None = None) -> list[ChatChunk]:
+    """The chunks the client sees (`client_chunks`: tool calls numbered per stream)."""
     translator = AnthropicStreamTranslator(model="m", created=1, answer_tool=answer_tool)
     chunks = [t.chunk for e in events for t in translator.feed(e)] + [
         t.chunk for t in translator.close()
     ]
     assert translator.done
-    return chunks
+    return client_chunks(chunks)
 
 
 def accumulate(chunks: list[ChatChunk]) -> StreamAccumulator:

@@ -17,6 +17,7 @@ from gateway.providers.base import NativeRequest, UpstreamCall
 from gateway.providers.registry import provider_config
 from gateway.wire.openai_chat import ChatRequest
 from tests.fixtures import FIXTURES
+from tests.providers.stream_view import client_chunks
 
 SIGNATURE = "EqQBCkgIARABGAIiQL2+sig/=="
 # everything the canonical chat format cannot carry, in one Messages request
@@ -167,7 +168,9 @@ def test_the_translator_still_reads_the_stream() -> None:
     chunks = [t.chunk for f in [*decoder.feed(raw), *decoder.close()] for t in translator.feed(f)]
     calls = [c for chunk in chunks for ch in chunk.choices for c in ch.delta.tool_calls or []]
     assert calls[0].id == "toolu_01NRLabsLyVHZPKxbKvkfSMn"
-    assert {c.index for c in calls} == {0}
+    assert {c.index for c in calls} == {1}  # the upstream's content block: text came first
+    sent = client_chunks(chunks)
+    assert {c.index for s in sent for ch in s.choices for c in ch.delta.tool_calls or []} == {0}
     assert translator.done
     assert chunks[-1].usage is not None
     assert chunks[-1].usage.prompt_tokens == 377

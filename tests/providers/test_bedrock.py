@@ -24,6 +24,7 @@ from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.bedrock import encoder as bedrock_encoder
 from gateway.wire.openai_chat import UNSET, ChatChunk, ChatRequest
 from tests.fixtures import FIXTURES
+from tests.providers.stream_view import client_chunks
 from tests.upstreams.bedrock_upstream import exception_frame, frame, scenario_frames
 
 RECORDED = (FIXTURES / "bedrock_converse_tools.eventstream").read_bytes()
@@ -70,11 +71,12 @@ def decode(data: bytes, cuts: list[int] | None = None) -> list[EventStreamMessag
 
 
 def translate(frames: list[EventStreamMessage]) -> list[ChatChunk]:
+    """The chunks the client sees (`client_chunks`: tool calls numbered per stream)."""
     translator = BedrockStreamTranslator(model="m", created=1, id="chatcmpl-x")
     chunks = [t.chunk for f in frames for t in translator.feed(f)]
     chunks += [t.chunk for t in translator.close()]
     assert translator.done
-    return chunks
+    return client_chunks(chunks)
 
 
 def accumulate(chunks: list[ChatChunk]) -> StreamAccumulator:

@@ -27,6 +27,7 @@ from gateway.providers.registry import make_adapter, provider_config
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import ChatRequest
 from tests.fixtures import FIXTURES
+from tests.providers.stream_view import client_chunks
 
 SECRET = "ol-test-0123456789"
 HI: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
@@ -71,7 +72,8 @@ def fixture(name: str) -> bytes:
 
 
 def translate(data: bytes, cuts: list[int] | None = None) -> tuple[list[Translated], bool]:
-    """Bytes through NDJSONDecoder and the translator, cut at `cuts`; (items, done)."""
+    """Bytes through NDJSONDecoder and the translator, cut at `cuts`; (items, done), the
+    items as the client sees them (`client_chunks`: tool calls numbered per stream)."""
     translator = OllamaStreamTranslator(make_call())
     decoder = NDJSONDecoder()
     bounds = [0, *sorted(cuts or []), len(data)]
@@ -82,7 +84,8 @@ def translate(data: bytes, cuts: list[int] | None = None) -> tuple[list[Translat
     for frame in decoder.close():
         items += translator.feed(frame)
     items += translator.close()
-    return items, translator.done
+    sent = client_chunks([item.chunk for item in items], id_seed="req1")
+    return [Translated(chunk) for chunk in sent], translator.done
 
 
 def accumulate(items: list[Translated]) -> StreamAccumulator:

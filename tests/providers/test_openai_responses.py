@@ -17,6 +17,7 @@ from gateway.providers.openai.responses import ResponsesStreamTranslator
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import UNSET, ChatChunk, ToolCallDelta
 from tests.fixtures import FIXTURES
+from tests.providers.stream_view import client_chunks
 from tests.upstreams.openai_responses_upstream import (
     PARALLEL,
     REASONING_PIECES,
@@ -54,11 +55,12 @@ def decode(data: bytes, cuts: list[int] | None = None) -> list[SSEEvent]:
 
 
 def translate(data: bytes, cuts: list[int] | None = None) -> list[ChatChunk]:
+    """The chunks the client sees (`client_chunks`: tool calls numbered per stream)."""
     translator = ResponsesStreamTranslator(model="m", created=7)
     chunks = [t.chunk for e in decode(data, cuts) for t in translator.feed(e)]
     chunks += [t.chunk for t in translator.close()]
     assert translator.done
-    return chunks
+    return client_chunks(chunks)
 
 
 def accumulate(chunks: list[ChatChunk]) -> StreamAccumulator:

@@ -19,11 +19,14 @@ USER = {"role": "user", "content": "weather in Paris?"}
 
 
 async def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
-    async with inprocess_gateway() as (server, _fake), aiohttp.ClientSession() as session:
-        async with session.post(server.make_url(path), json=body) as response:
-            assert response.status == 200, await response.text()
-            answer: dict[str, Any] = await response.json()
-            return answer
+    async with (
+        inprocess_gateway() as (server, _fake),
+        aiohttp.ClientSession() as session,
+        session.post(server.make_url(path), json=body) as response,
+    ):
+        assert response.status == 200, await response.text()
+        answer: dict[str, Any] = await response.json()
+        return answer
 
 
 async def test_chat_completions_says_tool_calls() -> None:

@@ -3,10 +3,11 @@
 The request is built in `anthropic_request.py`. This module turns Anthropic's answer back
 into canonical chat chunks (streams) or one `chat.completion` (non-streaming):
 
-- The OpenAI tool-call `index` is the translator's own count of tool calls started in this
-  stream; Anthropic's content-block index counts text and thinking blocks too. Argument
-  deltas are routed by block index -> tool index. `server_tool_use` and other server-side
-  blocks are Anthropic's own tools: never client tool calls.
+- Tool calls are content blocks (`translate.ToolBlocks`): their deltas carry the content-
+  block index, the upstream's identity of the call; the OpenAI `index` the client sees is
+  the stream's accumulator's count of calls (a text or thinking block before a call does
+  not shift it). Argument deltas are routed by block index. `server_tool_use` and other
+  server-side blocks are Anthropic's own tools: never client tool calls.
 - A tool whose arguments were never sent (or sent as `""`) ends with `"{}"`.
 - Thinking text goes to `reasoning_content`, never to `content`.
 - Usage is `message_start` input (+ cache read and creation) and the cumulative
@@ -30,15 +31,20 @@ from gateway.providers.anthropic.count_tokens import count_tokens
 from gateway.providers.anthropic.request import answer_tool, build_messages_request
 from gateway.providers.base import (
     TokenCount,
-    no_token_source,
     Translated,
     UnaryResult,
     UpstreamCall,
     UpstreamRequest,
+    no_token_source,
     status_error,
     tool_input_text,
 )
-from gateway.providers.translate import STOP_REASONS, mapped_finish
+from gateway.providers.translate import (
+    STOP_REASONS,
+    ChunkTranslator,
+    ToolBlocks,
+    mapped_finish,
+)
 from gateway.wire import DECODE_ERRORS
 from gateway.wire.anthropic import (
     ANTHROPIC_VERSION,
@@ -50,23 +56,18 @@ from gateway.wire.anthropic import (
 )
 from gateway.wire.anthropic import encoder as anthropic_encoder
 from gateway.wire.openai_chat import (
-    ChatChunk,
     ChatCompletion,
     Choice,
-    ChunkChoice,
     Delta,
     FunctionCall,
-    FunctionDelta,
     PromptTokensDetails,
     ResponseMessage,
     ToolCall,
-    ToolCallDelta,
     Usage,
     encoder,
 )
 
 FINISH_REASONS = {**STOP_REASONS, "pause_turn": "stop", "refusal": "content_filter"}
-_TOOL, _ANSWER = 0, 1  # what a content block is, for the deltas that follow it
 BETA_HEADER = "anthropic-beta"  # the one client header a native request carries upstream
 
 
@@ -106,39 +107,17 @@ class UsageCounter:
         )
 
 
-class AnthropicStreamTranslator:
+class AnthropicStreamTranslator(ChunkTranslator):
     """Anthropic SSE events to canonical chunks; one instance per stream."""
 
-    __slots__ = (
-        "_answer_tool",
-        "_blocks",
-        "_calls",
-        "_created",
-        "_emitted",
-        "_id",
-        "_model",
-        "_stop_reason",
-        "_usage",
-        "done",
-    )
+    __slots__ = ("_answer_tool", "_blocks", "_stop_reason", "_usage")
 
     def __init__(self, *, model: str, created: int, answer_tool: str | None = None) -> None:
-        self.done = False
-        self._id = ""
-        self._model = model
-        self._created = created
+        super().__init__(id="", created=created, model=model)
         self._answer_tool = answer_tool
-        self._blocks: dict[int, tuple[int, int]] = {}  # block index -> (kind, tool index)
-        self._emitted: set[int] = set()  # block indexes whose input had a non-empty delta
-        self._calls = 0
+        self._blocks = ToolBlocks()
         self._stop_reason: str | None = None
         self._usage = UsageCounter()
-
-    def _chunk(self, delta: Delta, finish: str | None = None) -> Translated:
-        choice = ChunkChoice(delta=delta, finish_reason=finish)
-        return Translated(
-            ChatChunk(id=self._id, created=self._created, model=self._model, choices=[choice])
-        )
 
     def feed(self, frame: SSEEvent) -> list[Translated]:
         data = frame.data
@@ -188,18 +167,9 @@ class AnthropicStreamTranslator:
         if block.type != "tool_use":
             return []  # server_tool_use, *_tool_result, redacted_thinking: not client calls
         if self._answer_tool is not None and block.name == self._answer_tool:
-            self._blocks[event.index] = (_ANSWER, -1)
+            self._blocks.start_answer(event.index)
             return []
-        index = self._calls
-        self._calls += 1
-        self._blocks[event.index] = (_TOOL, index)
-        call = ToolCallDelta(
-            index=index,
-            id=block.id or "",
-            type="function",
-            function=FunctionDelta(name=block.name or "", arguments=""),
-        )
-        return [self._chunk(Delta(tool_calls=[call]))]
+        return [self._chunk(self._blocks.start(event.index, block.id or "", block.name or ""))]
 
     def _delta(self, event: StreamEvent) -> list[Translated]:
         delta = event.delta
@@ -211,37 +181,21 @@ class AnthropicStreamTranslator:
             return [self._chunk(Delta(reasoning_content=delta.thinking))] if delta.thinking else []
         if delta.type != "input_json_delta" or not delta.partial_json or event.index is None:
             return []
-        target = self._blocks.get(event.index)
-        if target is None:
-            return []  # the input of a server-side tool
-        self._emitted.add(event.index)
-        return [self._arguments(target, delta.partial_json)]
-
-    def _arguments(self, target: tuple[int, int], text: str) -> Translated:
-        kind, index = target
-        if kind == _ANSWER:
-            return self._chunk(Delta(content=text))
-        call = ToolCallDelta(index=index, function=FunctionDelta(arguments=text))
-        return self._chunk(Delta(tool_calls=[call]))
+        arguments = self._blocks.arguments(event.index, delta.partial_json)
+        return [self._chunk(arguments)] if arguments is not None else []  # None: a server tool
 
     def _stop(self, event: StreamEvent) -> list[Translated]:
-        if event.index is None or event.index in self._emitted:
+        if event.index is None:
             return []
-        target = self._blocks.get(event.index)
-        if target is None:
-            return []
-        self._emitted.add(event.index)
-        return [self._arguments(target, "{}")]  # no arguments at all: an empty object
+        arguments = self._blocks.stop(event.index)  # no arguments at all: an empty object
+        return [self._chunk(arguments)] if arguments is not None else []
 
     def _end(self) -> list[Translated]:
         if self.done:
             return []
         self.done = True
-        reason = finish_reason(self._stop_reason, self._calls > 0)
-        usage = ChatChunk(
-            id=self._id, created=self._created, model=self._model, usage=self._usage.usage()
-        )
-        return [self._chunk(Delta(), reason), Translated(usage)]
+        reason = finish_reason(self._stop_reason, self._blocks.made_calls)
+        return [self._chunk(Delta(), reason), self._usage_chunk(self._usage.usage())]
 
     def close(self) -> list[Translated]:
         return []

@@ -7,8 +7,9 @@ model id is percent-encoded as one path segment (`a:b` -> `a%3Ab`).
 
 Stream translation (frames are `EventStreamMessage`s):
 
-- The OpenAI tool-call `index` is the translator's own count of tool calls started in this
-  stream; `contentBlockIndex` counts text blocks too (which get no `contentBlockStart`).
+- Tool calls are content blocks (`translate.ToolBlocks`): their deltas carry the
+  `contentBlockIndex`, which counts text blocks too (which get no `contentBlockStart`); the
+  OpenAI `index` the client sees is the stream's accumulator's count of calls.
   `toolUse.input` deltas are string fragments routed by block index. A call whose input
   never came ends with `"{}"` at its `contentBlockStop`. `server_tool_use` blocks are
   Bedrock's own tools: never client calls.
@@ -34,19 +35,24 @@ from gateway.errors import (
 )
 from gateway.framing.aws_eventstream import EventStreamMessage
 from gateway.providers.base import (
-    cannot_count_tokens,
-    no_token_source,
     Translated,
     UnaryResult,
     UpstreamCall,
     UpstreamRequest,
+    cannot_count_tokens,
+    no_token_source,
     path_segment,
     status_error,
     tool_input_text,
 )
 from gateway.providers.bedrock.request import build_converse_request
 from gateway.providers.bedrock.sigv4 import sign
-from gateway.providers.translate import STOP_REASONS, mapped_finish
+from gateway.providers.translate import (
+    STOP_REASONS,
+    ChunkTranslator,
+    ToolBlocks,
+    mapped_finish,
+)
 from gateway.wire import DECODE_ERRORS
 from gateway.wire.bedrock import (
     StreamEvent,
@@ -58,17 +64,13 @@ from gateway.wire.bedrock import (
 )
 from gateway.wire.bedrock import encoder as bedrock_encoder
 from gateway.wire.openai_chat import (
-    ChatChunk,
     ChatCompletion,
     Choice,
-    ChunkChoice,
     Delta,
     FunctionCall,
-    FunctionDelta,
     PromptTokensDetails,
     ResponseMessage,
     ToolCall,
-    ToolCallDelta,
     Usage,
     encoder,
 )
@@ -108,35 +110,15 @@ def usage_of(usage: TokenUsage | None) -> Usage:
     return out
 
 
-class BedrockStreamTranslator:
+class BedrockStreamTranslator(ChunkTranslator):
     """ConverseStream event-stream messages to canonical chunks; one instance per stream."""
 
-    __slots__ = (
-        "_calls",
-        "_created",
-        "_emitted",
-        "_finished",
-        "_id",
-        "_model",
-        "_tools",
-        "done",
-    )
+    __slots__ = ("_finished", "_tools")
 
     def __init__(self, *, model: str, created: int, id: str) -> None:
-        self.done = False
-        self._id = id
-        self._model = model
-        self._created = created
-        self._tools: dict[int, int] = {}  # contentBlockIndex -> tool index
-        self._emitted: set[int] = set()  # block indexes whose input had a non-empty delta
-        self._calls = 0
+        super().__init__(id=id, created=created, model=model)
+        self._tools = ToolBlocks()  # by contentBlockIndex
         self._finished = False
-
-    def _chunk(self, delta: Delta, finish: str | None = None) -> Translated:
-        choice = ChunkChoice(delta=delta, finish_reason=finish)
-        return Translated(
-            ChatChunk(id=self._id, created=self._created, model=self._model, choices=[choice])
-        )
 
     def feed(self, frame: EventStreamMessage) -> list[Translated]:
         kind = frame.message_type
@@ -164,15 +146,12 @@ class BedrockStreamTranslator:
             if self._finished:
                 return []
             self._finished = True
-            return [self._chunk(Delta(), finish_reason(event.stop_reason, self._calls > 0))]
+            return [self._chunk(Delta(), finish_reason(event.stop_reason, self._tools.made_calls))]
         if name == "metadata":
             if self.done:
                 return []
             self.done = True
-            usage = ChatChunk(
-                id=self._id, created=self._created, model=self._model, usage=usage_of(event.usage)
-            )
-            return [Translated(usage)]
+            return [self._usage_chunk(usage_of(event.usage))]
         return []  # event types added after this was written
 
     @staticmethod
@@ -197,16 +176,7 @@ class BedrockStreamTranslator:
         tool = start.tool_use
         if tool.type == SERVER_TOOL:
             return []
-        call_index = self._calls
-        self._calls += 1
-        self._tools[index] = call_index
-        call = ToolCallDelta(
-            index=call_index,
-            id=tool.tool_use_id or "",
-            type="function",
-            function=FunctionDelta(name=tool.name or "", arguments=""),
-        )
-        return [self._chunk(Delta(tool_calls=[call]))]
+        return [self._chunk(self._tools.start(index, tool.tool_use_id or "", tool.name or ""))]
 
     def _delta(self, event: StreamEvent) -> list[Translated]:
         delta = event.delta
@@ -220,28 +190,19 @@ class BedrockStreamTranslator:
         if delta.tool_use is None or not len(delta.tool_use.input):
             return []
         index = event.content_block_index
-        target = self._tools.get(index) if index is not None else None
-        if target is None or index is None:
+        if index is None or index not in self._tools:
             return []  # a server-side tool's input, or a block never started
         try:
             fragment = fragment_decoder.decode(delta.tool_use.input)
         except DECODE_ERRORS:
             raise UpstreamProtocolError("upstream sent a non-string toolUse input delta") from None
-        if not fragment:
-            return []
-        self._emitted.add(index)
-        return [self._arguments(target, fragment)]
-
-    def _arguments(self, index: int, text: str) -> Translated:
-        call = ToolCallDelta(index=index, function=FunctionDelta(arguments=text))
-        return self._chunk(Delta(tool_calls=[call]))
+        arguments = self._tools.arguments(index, fragment) if fragment else None
+        return [self._chunk(arguments)] if arguments is not None else []
 
     def _stop(self, event: StreamEvent) -> list[Translated]:
         index = event.content_block_index
-        if index is None or index in self._emitted or index not in self._tools:
-            return []
-        self._emitted.add(index)
-        return [self._arguments(self._tools[index], "{}")]
+        arguments = self._tools.stop(index) if index is not None else None
+        return [self._chunk(arguments)] if arguments is not None else []
 
     def close(self) -> list[Translated]:
         if self._finished:

@@ -3,9 +3,10 @@
 Request translation lives in `gemini_request.py`. This module owns the way back:
 - the stream (`streamGenerateContent?alt=sse`: one `GenerateContentResponse` per SSE event,
   no end marker) becomes canonical chat chunks. Function calls arrive whole and without an
-  id: each becomes one tool-call delta whose index is this translator's stream-wide count
-  of calls and whose id is minted from the request id. `finishReason` is STOP even when the
-  turn called tools, so the finish is held until the stream ends, as is the usage (sent on
+  id: each becomes one tool-call delta with an id minted from the request id (and no
+  index: the stream's accumulator counts the calls and gives each its index).
+  `finishReason` is STOP even when the turn called tools, so the finish is held until the
+  stream ends, as is the usage (sent on
   every event, not monotonic: the last one counts); `close()` emits both.
 - a `generateContent` answer becomes one `chat.completion`;
 - an error answer `{"error": {"code", "message", "status"}}` becomes an `UpstreamError`.
@@ -19,25 +20,23 @@ from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
 from gateway.providers.base import (
-    cannot_count_tokens,
-    no_token_source,
     Translated,
     UnaryResult,
     UpstreamCall,
     UpstreamRequest,
+    cannot_count_tokens,
+    no_token_source,
     path_segment,
     status_error,
 )
 from gateway.providers.gemini.request import build_body, signed_call_id
-from gateway.providers.translate import chat_finish
+from gateway.providers.translate import ChunkTranslator, chat_finish
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import gemini as g
 from gateway.wire.openai_chat import (
     UNSET,
-    ChatChunk,
     ChatCompletion,
     Choice,
-    ChunkChoice,
     CompletionTokensDetails,
     Delta,
     FunctionCall,
@@ -114,37 +113,20 @@ def call_of(part: g.Part) -> tuple[str, g.FunctionCall] | None:
     return fc.name, fc
 
 
-class GeminiStreamTranslator:
+class GeminiStreamTranslator(ChunkTranslator):
     """Gemini SSE events to canonical chunks for one stream."""
 
-    __slots__ = (
-        "_calls",
-        "_created",
-        "_finish",
-        "_id",
-        "_model",
-        "_request_id",
-        "_started",
-        "_usage",
-        "done",
-    )
+    __slots__ = ("_finish", "_minted", "_request_id", "_started", "_usage")
 
     def __init__(self, call: UpstreamCall) -> None:
-        self.done = False
+        super().__init__(id="chatcmpl-" + call.request_id, created=call.created, model=call.model)
         self._request_id = call.request_id
-        self._id = "chatcmpl-" + call.request_id
-        self._model = call.model
-        self._created = call.created
-        self._calls = 0  # tool calls started in this stream: the next call's index
+        # Gemini's calls come whole and without ids: the n of the id `call_<request>_<n>`
+        # minted for each (the client's tool-call index is the accumulator's count)
+        self._minted = 0
         self._started = False
         self._finish: str | None = None  # Gemini's finishReason, once seen
         self._usage: g.UsageMetadata | None = None
-
-    def _chunk(self, delta: Delta, finish: str | None = None) -> Translated:
-        choice = ChunkChoice(delta=delta, finish_reason=finish)
-        return Translated(
-            ChatChunk(id=self._id, created=self._created, model=self._model, choices=[choice])
-        )
 
     def feed(self, frame: SSEEvent) -> list[Translated]:
         data = frame.data
@@ -179,11 +161,10 @@ class GeminiStreamTranslator:
         named = call_of(part)
         if named is not None:
             name, fc = named
-            index = self._calls
-            self._calls += 1
+            minted = f"call_{self._request_id}_{self._minted}"
+            self._minted += 1
             delta = ToolCallDelta(
-                index=index,
-                id=signed_call_id(f"call_{self._request_id}_{index}", _signature(part)),
+                id=signed_call_id(minted, _signature(part)),
                 type="function",
                 function=FunctionDelta(name=name, arguments=arguments_json(fc)),
             )
@@ -200,13 +181,10 @@ class GeminiStreamTranslator:
         out: list[Translated] = []
         if self._finish is not None:
             self.done = True
-            reason = finish_reason(self._finish, self._calls > 0)
+            reason = finish_reason(self._finish, self._minted > 0)
             out.append(self._chunk(Delta(), reason))
         if self._usage is not None:
-            chunk = ChatChunk(
-                id=self._id, created=self._created, model=self._model, usage=usage_of(self._usage)
-            )
-            out.append(Translated(chunk))
+            out.append(self._usage_chunk(usage_of(self._usage)))
         return out
 
 

@@ -3,8 +3,8 @@
 Request translation lives in `ollama_request.py`. This module owns the way back:
 - the stream (`application/x-ndjson`: one `ChatResponse` per line) becomes canonical chat
   chunks: `message.content` as content, `message.thinking` as reasoning_content. Tool
-  calls arrive whole, each becoming one tool-call delta whose index is this translator's
-  stream-wide count of calls (the server's `function.index` is only a hint, and older
+  calls arrive whole, each becoming one tool-call delta without an index (the stream's
+  accumulator counts the calls; the server's `function.index` is only a hint, and older
   servers leave it out) and whose id is the server's `id`, else one minted from the
   request id. The `done: true` line carries `done_reason` ("stop" even when the turn
   called tools) and the counters: it becomes the finish and the usage chunk;
@@ -21,24 +21,22 @@ from typing import Any
 from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.providers.base import (
-    cannot_count_tokens,
-    no_token_source,
     Translated,
     UnaryResult,
     UpstreamCall,
     UpstreamRequest,
+    cannot_count_tokens,
+    no_token_source,
     status_error,
 )
 from gateway.providers.ollama.request import build_body
-from gateway.providers.translate import chat_finish
+from gateway.providers.translate import ChunkTranslator, chat_finish
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import ollama as o
 from gateway.wire.openai_chat import (
     UNSET,
-    ChatChunk,
     ChatCompletion,
     Choice,
-    ChunkChoice,
     Delta,
     FunctionCall,
     FunctionDelta,
@@ -93,25 +91,18 @@ def call_id(call: o.ToolCall, request_id: str, index: int) -> str:
     return f"call_{request_id}_{index}"
 
 
-class OllamaStreamTranslator:
+class OllamaStreamTranslator(ChunkTranslator):
     """Ollama NDJSON lines to canonical chunks for one stream."""
 
-    __slots__ = ("_calls", "_created", "_id", "_model", "_request_id", "_started", "done")
+    __slots__ = ("_calls", "_request_id", "_started")
 
     def __init__(self, call: UpstreamCall) -> None:
-        self.done = False
+        super().__init__(id="chatcmpl-" + call.request_id, created=call.created, model=call.model)
         self._request_id = call.request_id
-        self._id = "chatcmpl-" + call.request_id
-        self._model = call.model
-        self._created = call.created
-        self._calls = 0  # tool calls started in this stream: the next call's index
+        # calls seen, for the id `call_<request>_<n>` of a call the server gave none (the
+        # client's tool-call index is the accumulator's count)
+        self._calls = 0
         self._started = False
-
-    def _chunk(self, delta: Delta, finish: str | None = None) -> Translated:
-        choice = ChunkChoice(delta=delta, finish_reason=finish)
-        return Translated(
-            ChatChunk(id=self._id, created=self._created, model=self._model, choices=[choice])
-        )
 
     def feed(self, frame: bytes) -> list[Translated]:
         if self.done or not frame.strip():
@@ -132,24 +123,19 @@ class OllamaStreamTranslator:
             if message.content:
                 out.append(self._chunk(Delta(content=message.content)))
             for tc in message.tool_calls or ():
-                index = self._calls
-                self._calls += 1
                 delta = ToolCallDelta(
-                    index=index,
-                    id=call_id(tc, self._request_id, index),
+                    id=call_id(tc, self._request_id, self._calls),
                     type="function",
                     function=FunctionDelta(
                         name=tc.function.name, arguments=arguments_json(tc.function.arguments)
                     ),
                 )
                 out.append(self._chunk(Delta(tool_calls=[delta])))
+                self._calls += 1
         if line.done:
             self.done = True
             out.append(self._chunk(Delta(), finish_reason(line.done_reason, self._calls > 0)))
-            usage = ChatChunk(
-                id=self._id, created=self._created, model=self._model, usage=usage_of(line)
-            )
-            out.append(Translated(usage))
+            out.append(self._usage_chunk(usage_of(line)))
         return out
 
     def close(self) -> list[Translated]:

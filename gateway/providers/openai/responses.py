@@ -6,9 +6,9 @@ adapter's (`openai.py`, `azure.py`). The rules of the translation:
 
 - Argument deltas are routed by `item_id` to the `function_call` item they belong to, never
   to the most recent call: parallel calls may interleave.
-- The chat tool-call `index` is this translator's own count of function calls started in
-  the stream. `output_index` counts every output item (reasoning, messages, calls, server
-  tools), so it is never used as the tool-call index.
+- The chat tool-call `index` is the stream's accumulator's count of calls started (this
+  translator routes a call's deltas by its id). `output_index` counts every output item
+  (reasoning, messages, calls, server tools), so it is never used as the tool-call index.
 - A call's first chunk carries `id` = the item's `call_id` (what a tool result must name;
   the item's own `id`, `fc_...`, is not), `type` and `name`; later ones only arguments.
   The `.done` events repeat the whole arguments: they are sent only for a call that had no
@@ -29,12 +29,11 @@ from __future__ import annotations
 from gateway.errors import UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
 from gateway.providers.base import Translated, UnaryResult, UpstreamCall
+from gateway.providers.translate import ChunkTranslator
 from gateway.wire import DECODE_ERRORS
 from gateway.wire.openai_chat import (
-    ChatChunk,
     ChatCompletion,
     Choice,
-    ChunkChoice,
     CompletionTokensDetails,
     Delta,
     FunctionCall,
@@ -102,25 +101,16 @@ def finish_reason(status: str, head: ResponseHead | None) -> str:
     return "stop"
 
 
-class ResponsesStreamTranslator:
+class ResponsesStreamTranslator(ChunkTranslator):
     """Responses SSE events to canonical chunks; one instance per stream."""
 
-    __slots__ = ("_began", "_calls", "_created", "_id", "_model", "_silent", "done")
+    __slots__ = ("_began", "_calls", "_silent")
 
     def __init__(self, *, model: str, created: int) -> None:
-        self.done = False
+        super().__init__(id="", created=created, model=model)
         self._began = False  # the role chunk has been sent
-        self._id = ""
-        self._model = model
-        self._created = created
-        self._calls: dict[str, int] = {}  # function_call item id -> chat tool-call index
+        self._calls: dict[str, str] = {}  # function_call item id -> the chat tool-call id
         self._silent: set[str] = set()  # call items whose arguments have not been sent yet
-
-    def _chunk(self, delta: Delta, finish: str | None = None) -> Translated:
-        choice = ChunkChoice(delta=delta, finish_reason=finish)
-        return Translated(
-            ChatChunk(id=self._id, created=self._created, model=self._model, choices=[choice])
-        )
 
     def feed(self, frame: SSEEvent) -> list[Translated]:
         data = frame.data
@@ -176,27 +166,27 @@ class ResponsesStreamTranslator:
             return []
         if item.id is None:
             raise UpstreamProtocolError("a function_call item without an id", retryable=True)
-        index = self._calls[item.id] = len(self._calls)
+        call_id = self._calls[item.id] = item.call_id or item.id
         if not item.arguments:
             self._silent.add(item.id)
         first = ToolCallDelta(
-            index=index,
-            id=item.call_id or item.id,
+            id=call_id,
             type="function",
             function=FunctionDelta(name=item.name or "", arguments=item.arguments or ""),
         )
         return [self._chunk(Delta(tool_calls=[first]))]
 
     def _arguments(self, item_id: str | None, text: str | None) -> list[Translated]:
-        index = self._calls.get(item_id or "")
-        if index is None:
+        call_id = self._calls.get(item_id or "")
+        if call_id is None:
             raise UpstreamProtocolError(
                 f"arguments for an unknown function_call item {item_id!r}", retryable=True
             )
         if not text:
             return []
         self._silent.discard(item_id or "")
-        call = ToolCallDelta(index=index, function=FunctionDelta(arguments=text))
+        # routed by the call's id: the accumulator gives the client its index
+        call = ToolCallDelta(id=call_id, function=FunctionDelta(arguments=text))
         return [self._chunk(Delta(tool_calls=[call]))]
 
     def _arguments_done(self, item_id: str | None, text: str | None) -> list[Translated]:
@@ -214,13 +204,7 @@ class ResponsesStreamTranslator:
             self._id, self._model = head.id, head.model or self._model
         out = [self._chunk(Delta(), finish_reason(status, head))]
         if head is not None and head.usage is not None:
-            usage = ChatChunk(
-                id=self._id,
-                created=self._created,
-                model=self._model,
-                usage=chat_usage(head.usage),
-            )
-            out.append(Translated(usage))
+            out.append(self._usage_chunk(chat_usage(head.usage)))
         return out
 
     def close(self) -> list[Translated]:
