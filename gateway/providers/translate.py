@@ -22,10 +22,13 @@ index the client sees: the count of calls started in the stream, kept in one pla
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from gateway.providers.base import Translated
 from gateway.wire.openai_chat import (
+    UNSET,
     ChatChunk,
+    ChatRequest,
     ChunkChoice,
     Delta,
     FunctionDelta,
@@ -135,3 +138,34 @@ class ToolBlocks:
         if block in self._emitted:
             return None
         return self.arguments(block, "{}")
+
+
+def copy_sampling(request: ChatRequest, target: object, names: Mapping[str, str]) -> None:
+    """Set on `target` (a provider's request or config Struct) every sampling parameter the
+    chat request carries that `names` maps to a field there (chat name -> that field's
+    name): `temperature`, `top_p`, `presence_penalty`, `frequency_penalty`, `seed`, and
+    `stop`, which is always sent as a list. Absent and `null` are not copied; a parameter
+    `names` leaves out is one the provider does not take."""
+    for name, field in names.items():
+        if name == "stop":
+            stop = request.stop
+            if isinstance(stop, str):
+                value: Any = [stop]
+            elif stop:
+                value = list(stop)
+            else:
+                continue
+        else:
+            value = getattr(request, name)
+            if value is None or value is UNSET:
+                continue
+        setattr(target, field, value)
+
+
+# the chat sampling parameters Anthropic's Messages API and Bedrock's Converse API take,
+# by their names for them (Converse's inferenceConfig took Messages' names)
+MESSAGES_SAMPLING: Mapping[str, str] = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "stop": "stop_sequences",
+}

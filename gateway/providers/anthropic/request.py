@@ -24,6 +24,7 @@ from typing import Any
 
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
+from gateway.providers.translate import MESSAGES_SAMPLING, copy_sampling
 from gateway.wire.anthropic import (
     Block,
     CacheControlledTool,
@@ -291,15 +292,7 @@ def build_messages_request(call: UpstreamCall) -> MessagesRequest:
         body.system = system
     if call.stream:
         body.stream = True
-    if isinstance(request.temperature, float | int):
-        body.temperature = request.temperature
-    if isinstance(request.top_p, float | int):
-        body.top_p = request.top_p
-    stop = request.stop
-    if isinstance(stop, str):
-        body.stop_sequences = [stop]
-    elif stop:
-        body.stop_sequences = list(stop)
+    copy_sampling(request, body, MESSAGES_SAMPLING)
     user = request.user if isinstance(request.user, str) else request.safety_identifier
     if isinstance(user, str) and user:
         body.metadata = Metadata(user_id=user)

@@ -21,6 +21,7 @@ from typing import Any
 
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
+from gateway.providers.translate import MESSAGES_SAMPLING, copy_sampling
 from gateway.wire.bedrock import (
     ContentBlock,
     ConverseRequest,
@@ -231,15 +232,7 @@ def build_converse_request(call: UpstreamCall) -> ConverseRequest:
         limit = request.max_tokens
     if isinstance(limit, int):
         config.max_tokens = limit
-    if isinstance(request.temperature, float | int):
-        config.temperature = request.temperature
-    if isinstance(request.top_p, float | int):
-        config.top_p = request.top_p
-    stop = request.stop
-    if isinstance(stop, str):
-        config.stop_sequences = [stop]
-    elif stop:
-        config.stop_sequences = list(stop)
+    copy_sampling(request, config, MESSAGES_SAMPLING)
     if config != InferenceConfig():
         body.inference_config = config
     tools = _tool_config(request)

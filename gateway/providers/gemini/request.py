@@ -24,6 +24,7 @@ from msgspec import UNSET
 from gateway.errors import BadRequest
 from gateway.inbound.client_urls import refusal, url_allowed
 from gateway.providers.base import UpstreamCall
+from gateway.providers.translate import copy_sampling
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import gemini as g
 from gateway.wire.openai_chat import ChatRequest, Message
@@ -333,6 +334,17 @@ def _response_format(config: g.GenerationConfig, fmt: dict[str, Any]) -> None:
         raise BadRequest(f"response_format type {kind!r} is not supported", param="response_format")
 
 
+# the chat sampling parameters Gemini takes, by its names for them
+SAMPLING = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "stop": "stop_sequences",
+    "seed": "seed",
+}
+
+
 def generation_config(request: ChatRequest) -> g.GenerationConfig | None:
     r = request
     if r.n is not None and r.n is not UNSET and r.n > 1:
@@ -345,20 +357,7 @@ def generation_config(request: ChatRequest) -> g.GenerationConfig | None:
     max_tokens = r.max_completion_tokens if r.max_completion_tokens else r.max_tokens
     if max_tokens:
         config.max_output_tokens = max_tokens
-    if r.temperature is not None and r.temperature is not UNSET:
-        config.temperature = r.temperature
-    if r.top_p is not None and r.top_p is not UNSET:
-        config.top_p = r.top_p
-    if r.presence_penalty is not None and r.presence_penalty is not UNSET:
-        config.presence_penalty = r.presence_penalty
-    if r.frequency_penalty is not None and r.frequency_penalty is not UNSET:
-        config.frequency_penalty = r.frequency_penalty
-    if isinstance(r.stop, str):
-        config.stop_sequences = [r.stop]
-    elif isinstance(r.stop, list) and r.stop:
-        config.stop_sequences = r.stop
-    if r.seed is not None and r.seed is not UNSET:
-        config.seed = r.seed
+    copy_sampling(r, config, SAMPLING)
     if isinstance(r.response_format, dict):
         _response_format(config, r.response_format)
     effort = r.reasoning_effort

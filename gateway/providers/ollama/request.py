@@ -19,6 +19,7 @@ from msgspec import UNSET
 
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
+from gateway.providers.translate import copy_sampling
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import ollama as o
 from gateway.wire.openai_chat import ChatRequest, Message
@@ -160,26 +161,20 @@ def _reject(request: ChatRequest) -> None:
         raise BadRequest("web search is not available from Ollama", param="web_search_options")
 
 
+# the chat sampling parameters Ollama's options take (its own names are the same)
+SAMPLING = {
+    name: name
+    for name in ("temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty")
+}
+
+
 def options(request: ChatRequest) -> o.Options | None:
     r = request
     opts = o.Options()
     max_tokens = r.max_completion_tokens if r.max_completion_tokens else r.max_tokens
     if max_tokens:
         opts.num_predict = max_tokens
-    if r.temperature is not None and r.temperature is not UNSET:
-        opts.temperature = r.temperature
-    if r.top_p is not None and r.top_p is not UNSET:
-        opts.top_p = r.top_p
-    if r.seed is not None and r.seed is not UNSET:
-        opts.seed = r.seed
-    if isinstance(r.stop, str):
-        opts.stop = [r.stop]
-    elif isinstance(r.stop, list) and r.stop:
-        opts.stop = r.stop
-    if r.presence_penalty is not None and r.presence_penalty is not UNSET:
-        opts.presence_penalty = r.presence_penalty
-    if r.frequency_penalty is not None and r.frequency_penalty is not UNSET:
-        opts.frequency_penalty = r.frequency_penalty
+    copy_sampling(r, opts, SAMPLING)
     return opts if opts != o.Options() else None
 
 
