@@ -11,6 +11,7 @@ Sans-IO, like the translators that use it: no asyncio, aiohttp, logging or clock
 - `ChunkTranslator`: the chunk factory every stream translator uses.
 - `ToolBlocks`: tool calls that are content blocks (Anthropic, Bedrock).
 - `copy_sampling`: the sampling parameters the request builders copy from the chat request.
+- `answer_message`, `one_choice`: a non-streamed answer as one `chat.completion`.
 
 Tool-call indexes: a translator never counts tool calls. It passes on the upstream's own
 identity of a call (its id; Anthropic's and Bedrock's content-block index as the delta's
@@ -24,14 +25,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.providers.base import Translated
+from gateway.providers.base import Translated, UpstreamCall
 from gateway.wire.openai_chat import (
     UNSET,
     ChatChunk,
+    ChatCompletion,
     ChatRequest,
+    Choice,
     ChunkChoice,
     Delta,
     FunctionDelta,
+    ResponseMessage,
+    ToolCall,
     ToolCallDelta,
     Usage,
 )
@@ -169,3 +174,39 @@ MESSAGES_SAMPLING: Mapping[str, str] = {
     "top_p": "top_p",
     "stop": "stop_sequences",
 }
+
+
+def answer_message(
+    texts: list[str], reasoning: list[str], calls: list[ToolCall]
+) -> ResponseMessage:
+    """The message of a non-streamed answer: its text (`null` when the answer is only tool
+    calls, `""` when it is nothing at all), its reasoning and its calls."""
+    message = ResponseMessage(content="".join(texts) if texts or not calls else None)
+    if reasoning:
+        message.reasoning_content = "".join(reasoning)
+    if calls:
+        message.tool_calls = calls
+    return message
+
+
+def one_choice(
+    call: UpstreamCall,
+    message: ResponseMessage,
+    finish: str,
+    usage: Usage | None,
+    *,
+    id: str | None = None,
+    model: str | None = None,
+    created: int | None = None,
+) -> ChatCompletion:
+    """A non-streamed answer as one `chat.completion` of one choice; the id, model and
+    `created` are the upstream's where it gave them, else the call's."""
+    completion = ChatCompletion(
+        id=id or "chatcmpl-" + call.request_id,
+        created=call.created if created is None else created,
+        model=model or call.model,
+        choices=[Choice(index=0, message=message, finish_reason=finish)],
+    )
+    if usage is not None:
+        completion.usage = usage
+    return completion

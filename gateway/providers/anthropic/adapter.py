@@ -43,7 +43,9 @@ from gateway.providers.translate import (
     STOP_REASONS,
     ChunkTranslator,
     ToolBlocks,
+    answer_message,
     mapped_finish,
+    one_choice,
 )
 from gateway.wire import DECODE_ERRORS
 from gateway.wire.anthropic import (
@@ -57,11 +59,9 @@ from gateway.wire.anthropic import (
 from gateway.wire.anthropic import encoder as anthropic_encoder
 from gateway.wire.openai_chat import (
     ChatCompletion,
-    Choice,
     Delta,
     FunctionCall,
     PromptTokensDetails,
-    ResponseMessage,
     ToolCall,
     Usage,
     encoder,
@@ -228,23 +228,12 @@ def completion_from_message(call: UpstreamCall, body: bytes) -> tuple[ChatComple
                         function=FunctionCall(name=block.name or "", arguments=arguments),
                     )
                 )
-    result = ResponseMessage(content="".join(texts) if texts or not calls else None)
-    if thinking:
-        result.reasoning_content = "".join(thinking)
-    if calls:
-        result.tool_calls = calls
     counter = UsageCounter()
     counter.update(message.usage)
     usage = counter.usage()
     reason = finish_reason(message.stop_reason, bool(calls))
-    completion = ChatCompletion(
-        id=message.id or "chatcmpl-" + call.request_id,
-        created=call.created,
-        model=message.model or call.model,
-        choices=[Choice(index=0, message=result, finish_reason=reason)],
-        usage=usage,
-    )
-    return completion, usage
+    result = answer_message(texts, thinking, calls)
+    return one_choice(call, result, reason, usage, id=message.id, model=message.model), usage
 
 
 def native_unary_result(call: UpstreamCall, body: bytes) -> UnaryResult:

@@ -51,7 +51,9 @@ from gateway.providers.translate import (
     STOP_REASONS,
     ChunkTranslator,
     ToolBlocks,
+    answer_message,
     mapped_finish,
+    one_choice,
 )
 from gateway.wire import DECODE_ERRORS
 from gateway.wire.bedrock import (
@@ -65,11 +67,9 @@ from gateway.wire.bedrock import (
 from gateway.wire.bedrock import encoder as bedrock_encoder
 from gateway.wire.openai_chat import (
     ChatCompletion,
-    Choice,
     Delta,
     FunctionCall,
     PromptTokensDetails,
-    ResponseMessage,
     ToolCall,
     Usage,
     encoder,
@@ -237,26 +237,9 @@ def completion_from_response(call: UpstreamCall, body: bytes) -> tuple[ChatCompl
                     function=FunctionCall(name=tool.name or "", arguments=arguments),
                 )
             )
-    result = ResponseMessage(content="".join(texts) if texts or not calls else None)
-    if thinking:
-        result.reasoning_content = "".join(thinking)
-    if calls:
-        result.tool_calls = calls
     usage = usage_of(response.usage)
-    completion = ChatCompletion(
-        id="chatcmpl-" + call.request_id,
-        created=call.created,
-        model=call.model,
-        choices=[
-            Choice(
-                index=0,
-                message=result,
-                finish_reason=finish_reason(response.stop_reason, bool(calls)),
-            )
-        ],
-        usage=usage,
-    )
-    return completion, usage
+    reason = finish_reason(response.stop_reason, bool(calls))
+    return one_choice(call, answer_message(texts, thinking, calls), reason, usage), usage
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:

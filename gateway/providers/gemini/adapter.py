@@ -30,19 +30,17 @@ from gateway.providers.base import (
     status_error,
 )
 from gateway.providers.gemini.request import build_body, signed_call_id
-from gateway.providers.translate import ChunkTranslator, chat_finish
+from gateway.providers.translate import ChunkTranslator, answer_message, chat_finish, one_choice
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import gemini as g
 from gateway.wire.openai_chat import (
     UNSET,
     ChatCompletion,
-    Choice,
     CompletionTokensDetails,
     Delta,
     FunctionCall,
     FunctionDelta,
     PromptTokensDetails,
-    ResponseMessage,
     ToolCall,
     ToolCallDelta,
     Usage,
@@ -211,21 +209,11 @@ def completion_of(call: UpstreamCall, response: g.GenerateContentResponse) -> Ch
                 )
             elif part.text:
                 (thoughts if part.thought else text).append(str(part.text))
-    message = ResponseMessage(content="".join(text) if text or not calls else None)
-    if thoughts:
-        message.reasoning_content = "".join(thoughts)
-    if calls:
-        message.tool_calls = calls
-    model = response.model_version if response.model_version else call.model
-    result = ChatCompletion(
-        id="chatcmpl-" + call.request_id,
-        created=call.created,
-        model=model,
-        choices=[Choice(0, message, finish_reason(reason, bool(calls)))],
-    )
-    if response.usage_metadata is not UNSET:
-        result.usage = usage_of(response.usage_metadata)
-    return result
+    meta = response.usage_metadata
+    usage = usage_of(meta) if meta is not UNSET else None
+    message = answer_message(text, thoughts, calls)
+    finish = finish_reason(reason, bool(calls))
+    return one_choice(call, message, finish, usage, model=response.model_version or None)
 
 
 def error_from_body(status: int, body: bytes) -> UpstreamError:

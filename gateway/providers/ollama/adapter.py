@@ -30,17 +30,15 @@ from gateway.providers.base import (
     status_error,
 )
 from gateway.providers.ollama.request import build_body
-from gateway.providers.translate import ChunkTranslator, chat_finish
+from gateway.providers.translate import ChunkTranslator, answer_message, chat_finish, one_choice
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import ollama as o
 from gateway.wire.openai_chat import (
     UNSET,
     ChatCompletion,
-    Choice,
     Delta,
     FunctionCall,
     FunctionDelta,
-    ResponseMessage,
     ToolCall,
     ToolCallDelta,
     Usage,
@@ -162,17 +160,9 @@ def completion_of(call: UpstreamCall, response: o.ChatResponse) -> ChatCompletio
                     ),
                 )
             )
-    out = ResponseMessage(content=text if text or not calls else None)
-    if thinking:
-        out.reasoning_content = thinking
-    if calls:
-        out.tool_calls = calls
-    return ChatCompletion(
-        id="chatcmpl-" + call.request_id,
-        created=call.created,
-        model=call.model,
-        choices=[Choice(0, out, finish_reason(response.done_reason, bool(calls)))],
-        usage=usage_of(response),
+    out = answer_message([text] if text else [], [thinking] if thinking else [], calls)
+    return one_choice(
+        call, out, finish_reason(response.done_reason, bool(calls)), usage_of(response)
     )
 
 

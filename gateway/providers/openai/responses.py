@@ -29,17 +29,15 @@ from __future__ import annotations
 from gateway.errors import UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
 from gateway.providers.base import Translated, UnaryResult, UpstreamCall
-from gateway.providers.translate import ChunkTranslator
+from gateway.providers.translate import ChunkTranslator, answer_message, chat_finish, one_choice
 from gateway.wire import DECODE_ERRORS
 from gateway.wire.openai_chat import (
     ChatCompletion,
-    Choice,
     CompletionTokensDetails,
     Delta,
     FunctionCall,
     FunctionDelta,
     PromptTokensDetails,
-    ResponseMessage,
     ToolCall,
     ToolCallDelta,
     Usage,
@@ -269,29 +267,25 @@ def completion_from_response(
         elif item.type == "reasoning":
             parts = item.summary or item.content or ()
             reasoning.extend(p.text for p in parts if p.text)
-    message = ResponseMessage(content="".join(texts) if texts or not calls else None)
+    message = answer_message(texts, reasoning, calls)
     if refusals:
         message.refusal = "".join(refusals)
-    if reasoning:
-        message.reasoning_content = "".join(reasoning)
-    if calls:
-        message.tool_calls = calls
-        reason = "tool_calls"
-    elif response.status == "incomplete":
+    if response.status == "incomplete":
         details = response.incomplete_details
         reason = INCOMPLETE_REASONS.get((details.reason if details else None) or "", "length")
     else:
         reason = "stop"
     usage = chat_usage(response.usage) if response.usage is not None else None
-    created = int(response.created_at) if response.created_at is not None else call.created
-    completion = ChatCompletion(
-        id=response.id or "chatcmpl-" + call.request_id,
+    created = int(response.created_at) if response.created_at is not None else None
+    completion = one_choice(
+        call,
+        message,
+        chat_finish(reason, bool(calls)),
+        usage,
+        id=response.id,
+        model=response.model,
         created=created,
-        model=response.model or call.model,
-        choices=[Choice(index=0, message=message, finish_reason=reason)],
     )
-    if usage is not None:
-        completion.usage = usage
     if response.service_tier is not None:
         completion.service_tier = response.service_tier
     return completion, usage
