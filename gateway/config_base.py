@@ -99,6 +99,7 @@ class ProviderBase(
     apis: ClassVar[frozenset[str]] = frozenset({"chat"})  # a target's `api` values
     env_key: ClassVar[str | None] = None  # served by the built-in default when this is set
     default_model: ClassVar[str | None] = None  # a model the built-in default serves
+    default_url: ClassVar[str | None] = None  # where the kind's SDK goes without `base_url`
 
     name: str
     base_url: str | None = None
@@ -109,8 +110,11 @@ class ProviderBase(
     allow_storage_uris: bool = False
 
     def default_base_url(self) -> str:
-        """Where the kind's SDK sends requests when no `base_url` is set."""
-        raise ValueError(f"provider {self.name!r}: kind {self.kind} needs a base_url")
+        """Where the kind's SDK sends requests when no `base_url` is set (`default_url`, or
+        a kind's own method where it depends on its fields)."""
+        if self.default_url is None:
+            raise ValueError(f"provider {self.name!r}: kind {self.kind} needs a base_url")
+        return self.default_url
 
     def problems(self) -> Iterator[Problem]:
         """The kind's own rules beyond its types, as (path under this provider, message)."""

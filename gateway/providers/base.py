@@ -14,7 +14,7 @@ from urllib.parse import quote, unquote
 
 import msgspec
 
-from gateway.config import ProviderConfig, ProviderKey
+from gateway.config_base import ProviderBase, ProviderKey
 from gateway.errors import (
     BadRequest,
     GatewayError,
@@ -22,6 +22,7 @@ from gateway.errors import (
     UpstreamProtocolError,
     UpstreamStatusError,
 )
+from gateway.providers.spec import ResetHeaders
 from gateway.wire.openai_chat import ChatChunk, ChatRequest, Usage
 
 
@@ -40,7 +41,7 @@ class UpstreamCall(msgspec.Struct, kw_only=True):
 
     request: ChatRequest  # the client's request, typed
     body: dict[str, Any]  # the client's request as it sent it (unknown fields included)
-    provider: ProviderConfig
+    provider: ProviderBase
     key: ProviderKey | None
     model: str  # the upstream model id
     stream: bool  # whether the upstream is asked to stream
@@ -136,6 +137,8 @@ class ProviderAdapter(Protocol):
     # Client APIs whose requests this adapter forwards as they are (`UpstreamCall.native`),
     # besides the target's own `api` (an `api: responses` target takes Responses clients)
     native_apis: frozenset[str]
+    # the upstream's rate-limit reset headers, read when it answers 429 or 5xx
+    rate_limits: tuple[ResetHeaders, ...]
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest: ...
 
@@ -167,9 +170,7 @@ def hide_credentials(err: E, key: ProviderKey | None, access_token: str | None =
     upstream's message is what the client is shown."""
     secrets = [access_token or ""]
     if key is not None:
-        secrets += [s.reveal() if s else "" for s in (key.key, key.aws_access_key_id)]
-        secrets += [s.reveal() if s else "" for s in (key.aws_secret_access_key,)]
-        secrets += [key.aws_session_token.reveal() if key.aws_session_token else ""]
+        secrets += [s.reveal() for s in key.secrets()]
     for secret in sorted(filter(None, secrets), key=len, reverse=True):
         if secret in err.message:
             err.message = err.message.replace(secret, "[redacted]")

@@ -31,8 +31,11 @@ def _discovered() -> tuple[ProviderSpec, ...]:
             package = importlib.import_module(f"gateway.providers.{module.name}")
             spec = getattr(package, "SPEC", None)
             if isinstance(spec, ProviderSpec):
-                if spec.kind != module.name:
-                    raise InternalError(f"package {module.name!r} declares kind {spec.kind!r}")
+                tag = spec.config.__struct_config__.tag
+                if spec.kind != module.name or tag != spec.kind:
+                    raise InternalError(
+                        f"package {module.name!r} declares kind {spec.kind!r} tagged {tag!r}"
+                    )
                 specs.append(spec)
     return tuple(specs)
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gateway.config import ProviderConfig, effective_base_url
+from gateway.config_base import effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
+from gateway.providers.anthropic.config import AnthropicProvider
 from gateway.providers.anthropic.count_tokens import count_tokens
 from gateway.providers.anthropic.request import answer_tool, build_messages_request
 from gateway.providers.base import (
@@ -39,6 +40,7 @@ from gateway.providers.base import (
     status_error,
     tool_input_text,
 )
+from gateway.providers.spec import ResetHeaders
 from gateway.providers.translate import (
     STOP_REASONS,
     ChunkTranslator,
@@ -260,6 +262,15 @@ def error_from_body(status: int, body: bytes) -> UpstreamError:
     return status_error(status, error.message, type=error.type or None, code=error.type or None)
 
 
+# anthropic-ratelimit-requests-remaining / anthropic-ratelimit-requests-reset: RFC 3339
+RATE_LIMITS = ResetHeaders(
+    remaining="anthropic-ratelimit-{}-remaining",
+    reset="anthropic-ratelimit-{}-reset",
+    limits=("requests", "tokens", "input-tokens", "output-tokens"),
+    form="time",
+)
+
+
 class AnthropicAdapter:
     """The `anthropic` kind, against `base_url` (`https://api.anthropic.com` by default)."""
 
@@ -268,8 +279,9 @@ class AnthropicAdapter:
     token_source = no_token_source
     # an Anthropic Messages client's request is forwarded as is (see the module docstring)
     native_apis: frozenset[str] = frozenset({"messages"})
+    rate_limits = (RATE_LIMITS,)
 
-    def __init__(self, provider: ProviderConfig) -> None:
+    def __init__(self, provider: AnthropicProvider) -> None:
         self._url = effective_base_url(provider) + "/v1/messages"
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest:

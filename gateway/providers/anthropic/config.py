@@ -11,7 +11,5 @@ class AnthropicProvider(
     ProviderBase, tag="anthropic", forbid_unknown_fields=True, kw_only=True, frozen=True
 ):
     kind: ClassVar[str] = "anthropic"
+    default_url: ClassVar[str | None] = "https://api.anthropic.com"
     env_key: ClassVar[str | None] = "ANTHROPIC_API_KEY"
-
-    def default_base_url(self) -> str:
-        return "https://api.anthropic.com"

@@ -25,55 +25,29 @@ The provider key goes in the `api-key` header, never in `Authorization`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from urllib.parse import quote
 
-from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError
-from gateway.providers.base import UpstreamCall, UpstreamRequest, path_segment
+from gateway.providers.azure.config import AzureProvider
+from gateway.providers.azure.urls import AzureUrls, auth_headers
+from gateway.providers.base import UpstreamCall, UpstreamRequest
 from gateway.providers.openai.adapter import OpenAIAdapter, error_from_body, upstream_body
-
-V1_VERSIONS = frozenset({"v1", "preview"})
 
 
 class AzureAdapter(OpenAIAdapter):
     """The OpenAI adapter with Azure's URLs and `api-key` authentication."""
 
-    def __init__(self, provider: ProviderConfig) -> None:
-        base = effective_base_url(provider)
-        version = (provider.api_version or "").strip()
-        if base.endswith("/openai/v1"):
-            root, v1 = base.removesuffix("/openai/v1"), True
-        else:
-            # `https://x.openai.azure.com/openai` and `https://x.openai.azure.com` are the same
-            # resource: the `/openai` segment is added below either way.
-            root, v1 = base.removesuffix("/openai"), version.lower() in V1_VERSIONS
-        self.v1 = v1
-        if v1:
-            # The v1 API takes no dated api-version; `preview` opts into preview features.
-            query = "?api-version=preview" if version.lower() == "preview" else ""
-            self._url = root + "/openai/v1/chat/completions" + query
-            self._responses_url = root + "/openai/v1/responses" + query
-            self._prefix = self._suffix = ""
-        else:
-            dated = "?api-version=" + quote(version, safe="")
-            self._prefix = root + "/openai/deployments/"
-            self._suffix = "/chat/completions" + dated
-            self._url = ""
-            self._responses_url = root + "/openai/responses" + dated
+    def __init__(self, provider: AzureProvider) -> None:
+        self.urls = AzureUrls(provider)
 
     def url(self, call: UpstreamCall) -> str:
         if call.api == "responses":
-            return self._responses_url
-        if self.v1:
-            return self._url
-        return self._prefix + path_segment(call.model) + self._suffix
+            return self.urls.responses
+        return self.urls.of("chat/completions", call.model)
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest:
-        headers = {"Content-Type": "application/json"}
+        headers = auth_headers(call.key)
         if call.stream:
             headers["Accept"] = "text/event-stream"
-        if call.key is not None and call.key.key:
-            headers["api-key"] = call.key.key.reveal()
         return UpstreamRequest(url=self.url(call), headers=headers, body=upstream_body(call))
 
     def error_from_response(

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from gateway.config import ProviderConfig, effective_base_url
+from gateway.config_base import effective_base_url
 from gateway.errors import (
     InternalError,
     UpstreamError,
@@ -45,8 +45,10 @@ from gateway.providers.base import (
     status_error,
     tool_input_text,
 )
+from gateway.providers.bedrock.auth import authorized
+from gateway.providers.bedrock.config import BedrockProvider
 from gateway.providers.bedrock.request import build_converse_request
-from gateway.providers.bedrock.sigv4 import sign
+from gateway.providers.spec import ResetHeaders
 from gateway.providers.translate import (
     STOP_REASONS,
     ChunkTranslator,
@@ -279,10 +281,11 @@ class BedrockAdapter:
     token_source = no_token_source
     count_tokens = cannot_count_tokens
     native_apis: frozenset[str] = frozenset()
+    rate_limits: tuple[ResetHeaders, ...] = ()
 
-    def __init__(self, provider: ProviderConfig) -> None:
+    def __init__(self, provider: BedrockProvider) -> None:
         self._base = effective_base_url(provider)
-        self._region = provider.region or "us-east-1"
+        self._region = provider.region
 
     def url(self, call: UpstreamCall) -> str:
         action = "converse-stream" if call.stream else "converse"
@@ -295,22 +298,7 @@ class BedrockAdapter:
             "accept": "application/vnd.amazon.eventstream" if call.stream else "application/json",
         }
         body = bedrock_encoder.encode(build_converse_request(call))
-        key = call.key
-        if key is not None and key.key:
-            headers["authorization"] = "Bearer " + key.key.reveal()
-        elif key is not None and key.aws_access_key_id and key.aws_secret_access_key:
-            token = key.aws_session_token.reveal() if key.aws_session_token else None
-            headers = sign(
-                "POST",
-                url,
-                headers,
-                body,
-                access_key=key.aws_access_key_id.reveal(),
-                secret_key=key.aws_secret_access_key.reveal(),
-                session_token=token,
-                region=self._region,
-                now=signing_time(call),
-            )
+        headers = authorized(url, headers, body, call.key, self._region, signing_time(call))
         return UpstreamRequest(url=url, headers=headers, body=body)
 
     def translator(self, call: UpstreamCall) -> BedrockStreamTranslator:

@@ -30,7 +30,7 @@ import msgspec
 
 from gateway.config_base import effective_base_url
 from gateway.errors import BadRequest
-from gateway.providers.base import UpstreamRequest, path_segment, no_token_source
+from gateway.providers.base import UpstreamRequest, no_token_source, path_segment
 from gateway.providers.bedrock.auth import authorized
 from gateway.providers.bedrock.config import BedrockProvider
 from gateway.providers.embeddings import (

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gateway.config import ProviderConfig, effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
 from gateway.providers.base import (
@@ -29,7 +28,9 @@ from gateway.providers.base import (
     path_segment,
     status_error,
 )
+from gateway.providers.gemini.config import GeminiProvider
 from gateway.providers.gemini.request import build_body, signed_call_id
+from gateway.providers.spec import ResetHeaders
 from gateway.providers.translate import ChunkTranslator, answer_message, chat_finish, one_choice
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import gemini as g
@@ -235,9 +236,10 @@ class GeminiAdapter:
     token_source = no_token_source
     count_tokens = cannot_count_tokens
     native_apis: frozenset[str] = frozenset()
+    rate_limits: tuple[ResetHeaders, ...] = ()
 
-    def __init__(self, provider: ProviderConfig) -> None:
-        self._base = effective_base_url(provider) + "/v1beta/models/"
+    def __init__(self, provider: GeminiProvider) -> None:
+        self._base = provider.models_url()
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest:
         model = path_segment(call.model.removeprefix("models/"), safe="-._~")

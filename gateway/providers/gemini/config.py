@@ -11,10 +11,8 @@ class GeminiProvider(
     ProviderBase, tag="gemini", forbid_unknown_fields=True, kw_only=True, frozen=True
 ):
     kind: ClassVar[str] = "gemini"
+    default_url: ClassVar[str | None] = "https://generativelanguage.googleapis.com"
     env_key: ClassVar[str | None] = "GEMINI_API_KEY"
-
-    def default_base_url(self) -> str:
-        return "https://generativelanguage.googleapis.com"
 
     def models_url(self) -> str:
         """The prefix of every model's operations (`{models_url}{model}:generateContent`)."""

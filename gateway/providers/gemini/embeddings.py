@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from gateway.providers.base import UpstreamRequest, path_segment, no_token_source
+from gateway.providers.base import UpstreamRequest, no_token_source, path_segment
 from gateway.providers.embeddings import (
     EmbeddingsCall,
     Part,

@@ -11,10 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.config import MockOptions, ProviderConfig
 from gateway.errors import UpstreamError
-from gateway.providers.base import UnaryResult, UpstreamCall, UpstreamRequest, cannot_count_tokens, no_token_source
+from gateway.providers.base import (
+    UnaryResult,
+    UpstreamCall,
+    UpstreamRequest,
+    cannot_count_tokens,
+    no_token_source,
+)
+from gateway.providers.mock.config import MockOptions, MockProvider
 from gateway.providers.openai.adapter import ChatStreamTranslator, error_from_body
+from gateway.providers.spec import ResetHeaders
 from gateway.wire.openai_chat import (
     ChatChunk,
     ChunkChoice,
@@ -137,8 +144,9 @@ class MockAdapter:
     token_source = no_token_source
     count_tokens = cannot_count_tokens
     native_apis: frozenset[str] = frozenset()
+    rate_limits: tuple[ResetHeaders, ...] = ()
 
-    def __init__(self, provider: ProviderConfig) -> None:
+    def __init__(self, provider: MockProvider) -> None:
         self._options = provider.mock or MockOptions()
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest:

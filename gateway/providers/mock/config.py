@@ -21,13 +21,11 @@ class MockOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
 
 class MockProvider(ProviderBase, tag="mock", forbid_unknown_fields=True, kw_only=True, frozen=True):
     kind: ClassVar[str] = "mock"
+    default_url: ClassVar[str | None] = "mock://"
     keyless: ClassVar[bool] = True
     default_model: ClassVar[str | None] = "mock"
 
     mock: MockOptions | None = None
-
-    def default_base_url(self) -> str:
-        return "mock://"
 
     def problems(self) -> Iterator[Problem]:
         if self.mock is not None:

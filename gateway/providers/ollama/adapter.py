@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.config import ProviderConfig, effective_base_url
+from gateway.config_base import effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.providers.base import (
     Translated,
@@ -29,7 +29,9 @@ from gateway.providers.base import (
     no_token_source,
     status_error,
 )
+from gateway.providers.ollama.config import OllamaProvider
 from gateway.providers.ollama.request import build_body
+from gateway.providers.spec import ResetHeaders
 from gateway.providers.translate import ChunkTranslator, answer_message, chat_finish, one_choice
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import ollama as o
@@ -187,8 +189,9 @@ class OllamaAdapter:
     token_source = no_token_source
     count_tokens = cannot_count_tokens
     native_apis: frozenset[str] = frozenset()
+    rate_limits: tuple[ResetHeaders, ...] = ()
 
-    def __init__(self, provider: ProviderConfig) -> None:
+    def __init__(self, provider: OllamaProvider) -> None:
         self._url = effective_base_url(provider) + "/api/chat"
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest:

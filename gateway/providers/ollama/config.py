@@ -11,7 +11,5 @@ class OllamaProvider(
     ProviderBase, tag="ollama", forbid_unknown_fields=True, kw_only=True, frozen=True
 ):
     kind: ClassVar[str] = "ollama"
+    default_url: ClassVar[str | None] = "http://localhost:11434"
     keyless: ClassVar[bool] = True
-
-    def default_base_url(self) -> str:
-        return "http://localhost:11434"

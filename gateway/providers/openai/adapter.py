@@ -15,21 +15,23 @@ from collections.abc import Mapping
 
 import msgspec
 
-from gateway.config import ProviderConfig, effective_base_url
+from gateway.config_base import effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
 from gateway.providers.base import (
-    cannot_count_tokens,
-    no_token_source,
     StreamTranslator,
     Translated,
     UnaryResult,
     UpstreamCall,
     UpstreamRequest,
+    cannot_count_tokens,
+    no_token_source,
     status_error,
 )
+from gateway.providers.openai.config import OpenAIProvider
 from gateway.providers.openai.responses import ResponsesStreamTranslator, responses_unary_result
 from gateway.providers.openai.responses_request import responses_body
+from gateway.providers.spec import ResetHeaders
 from gateway.providers.translate import chat_finish
 from gateway.wire import DECODE_ERRORS
 from gateway.wire.openai_chat import (
@@ -127,6 +129,15 @@ def error_from_body(status: int, body: bytes) -> UpstreamError:
     )
 
 
+# x-ratelimit-remaining-requests / x-ratelimit-reset-requests: "6m0s", "20ms"
+RATE_LIMITS = ResetHeaders(
+    remaining="x-ratelimit-remaining-{}",
+    reset="x-ratelimit-reset-{}",
+    limits=("requests", "tokens"),
+    form="duration",
+)
+
+
 def made_calls(choice: FinishOnly) -> bool:
     calls = choice.message.tool_calls if choice.message is not None else None
     return calls is not None and bool(msgspec.json.decode(calls))
@@ -160,8 +171,9 @@ class OpenAIAdapter:
     token_source = no_token_source
     count_tokens = cannot_count_tokens
     native_apis: frozenset[str] = frozenset()
+    rate_limits = (RATE_LIMITS,)
 
-    def __init__(self, provider: ProviderConfig) -> None:
+    def __init__(self, provider: OpenAIProvider) -> None:
         base = effective_base_url(provider)
         self._url = base + "/chat/completions"
         self._responses_url = base + "/responses"

@@ -11,8 +11,6 @@ class OpenAIProvider(
     ProviderBase, tag="openai", forbid_unknown_fields=True, kw_only=True, frozen=True
 ):
     kind: ClassVar[str] = "openai"
+    default_url: ClassVar[str | None] = "https://api.openai.com/v1"
     apis: ClassVar[frozenset[str]] = frozenset({"chat", "responses"})
     env_key: ClassVar[str | None] = "OPENAI_API_KEY"
-
-    def default_base_url(self) -> str:
-        return "https://api.openai.com/v1"

@@ -1,26 +1,20 @@
 """The `vertex` kind: Gemini models on Google Cloud Vertex AI.
 
-The request body, the stream and the answers are Gemini's (providers/gemini/adapter.py); only the
-URL (project, region, publisher model) and the credential differ: an OAuth access token
-from a service-account credentials file, fetched and cached by the actor's side
-(upstream/credentials.py) and handed in as `call.access_token`. Sans-IO.
+The request body, the stream and the answers are Gemini's (providers/gemini/adapter.py);
+only the URL (project, region, publisher model: `VertexProvider.models_url`) and the
+credential differ: an OAuth access token from a service-account credentials file, fetched
+and cached by upstream/credentials.py from the `GoogleServiceAccount` the adapter declares,
+handed in as `call.access_token`.
+Sans-IO.
 """
 
 from __future__ import annotations
 
-from urllib.parse import quote
-
-from gateway.config import ProviderConfig, effective_base_url
 from gateway.config_base import ProviderKey
 from gateway.errors import UpstreamConnectError
-from gateway.providers.base import (
-    GoogleServiceAccount,
-    TokenSource,
-    UpstreamCall,
-    UpstreamRequest,
-)
+from gateway.providers.base import GoogleServiceAccount, TokenSource, UpstreamCall, UpstreamRequest
 from gateway.providers.gemini.adapter import GeminiAdapter
-from gateway.providers.vertex.config import VertexKey
+from gateway.providers.vertex.config import VertexKey, VertexProvider
 
 
 def service_account(key: ProviderKey | None) -> GoogleServiceAccount:
@@ -35,14 +29,8 @@ class VertexAdapter(GeminiAdapter):
     def token_source(self, key: ProviderKey | None) -> TokenSource | None:
         return service_account(key)
 
-    def __init__(self, provider: ProviderConfig) -> None:
-        super().__init__(provider)
-        project = quote(provider.project or "", safe="")
-        region = quote(provider.region or "", safe="")
-        self._base = (
-            f"{effective_base_url(provider)}/v1/projects/{project}/locations/{region}"
-            "/publishers/google/models/"
-        )
+    def __init__(self, provider: VertexProvider) -> None:
+        self._base = provider.models_url()
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest:
         if not call.access_token:
