@@ -1,16 +1,21 @@
 """The StreamActor: one per request, the only code that awaits on the hot path.
 
-It owns everything of its request: the attempts the router planned, the upstream body, the
+It is handed its request as a frozen `ChatJob` and answers with a frozen `StreamOutcome`
+(stream/served.py). In between it owns everything of its request: the upstream body, the
 framing decoder, the translator, the accumulator, the usage and the timings. Nothing else
-touches that state, so nothing here locks. Its loop is: read upstream bytes, feed the
-decoder, feed the translator, feed the accumulator, write what comes out.
+touches that state, so nothing here locks. Its attempts run through the attempt runner
+(upstream/attempts.py: key health, token, failover, redaction), the actor being the step:
+`send` serves one attempt (a stream, an upstream's whole answer passed through, or a
+streamed answer accumulated for a non-streaming client) and `ended` says how it went. Its
+loop is: read upstream bytes, feed the decoder, feed the translator, feed the accumulator,
+write what comes out.
 
 The commit point: the first content or tool-call delta, or `commit_after_s` without one.
 Before it nothing has reached the client, so an upstream failure moves on to the next
 attempt; at it the status line and headers are sent; after it a failure becomes an error
 event in the stream. Deadlines (first byte, idle, total, commit, keep-alive) share one lazy
-`Alarm` per attempt (upstream/alarm.py: an entry on the pool's clock, no event-loop timer of
-its own): it fires at the earliest deadline known when armed, and on firing the actor checks
+`Alarm` (the runner's; upstream/alarm.py: an entry on the pool's clock, no event-loop timer
+of its own): it fires at the earliest deadline known when armed, and on firing the actor checks
 which deadline really passed and re-arms. What one upstream read brings leaves in one client
 write; when the upstream's end came in the same read, with the tail.
 """

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 from gateway.framing.http1 import END, ResponseHead, ResponseParser, encode_request
-from gateway.upstream.alarm import AlarmClock
+from gateway.upstream.alarm import Alarm, AlarmClock
 
 HIGH_WATER = 1 << 20  # buffered body bytes at which reading pauses
 IDLE_TTL_S = 30.0  # a pooled connection unused this long is closed rather than reused
@@ -331,21 +331,28 @@ class HttpPool:
         scheme, host, port = key
         loop = asyncio.get_running_loop()
         context = self._ssl_context() if scheme == "https" else None
+        # on the shared clock like every upstream deadline (a new connection only: pooled
+        # ones skip this), inside whatever deadline the caller's own alarm keeps
+        alarm = Alarm(self.clock)
+        alarm.arm(loop.time() + connect_s)
         try:
-            async with asyncio.timeout(connect_s):
-                _, protocol = await loop.create_connection(
-                    lambda: Http1Connection(self, key),
-                    host,
-                    port,
-                    ssl=context,
-                    server_hostname=host if context is not None else None,
-                )
-        except TimeoutError:
+            _, protocol = await loop.create_connection(
+                lambda: Http1Connection(self, key),
+                host,
+                port,
+                ssl=context,
+                server_hostname=host if context is not None else None,
+            )
+        except asyncio.CancelledError:
+            if not alarm.expired():
+                raise
             raise UpstreamTimeout(
                 f"connecting to {host}:{port} took over {connect_s:g}s", code="connect_timeout"
             ) from None
         except (OSError, ssl.SSLError) as exc:
             raise UpstreamConnectError(f"cannot connect to {host}:{port}: {exc}") from None
+        finally:
+            alarm.disarm()
         return protocol
 
     def _ssl_context(self) -> ssl.SSLContext:
