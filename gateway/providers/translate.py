@@ -12,6 +12,7 @@ Sans-IO, like the translators that use it: no asyncio, aiohttp, logging or clock
 - `ToolBlocks`: tool calls that are content blocks (Anthropic, Bedrock).
 - `copy_sampling`: the sampling parameters the request builders copy from the chat request.
 - `answer_message`, `one_choice`: a non-streamed answer as one `chat.completion`.
+- `arguments_object`: a chat tool call's arguments for providers that take an object.
 
 Tool-call indexes: a translator never counts tool calls. It passes on the upstream's own
 identity of a call (its id; Anthropic's and Bedrock's content-block index as the delta's
@@ -25,7 +26,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
+from gateway.errors import BadRequest
 from gateway.providers.base import Translated, UpstreamCall
+from gateway.wire import DECODE_ERRORS
 from gateway.wire.openai_chat import (
     UNSET,
     ChatChunk,
@@ -210,3 +215,21 @@ def one_choice(
     if usage is not None:
         completion.usage = usage
     return completion
+
+
+_json_decoder = msgspec.json.Decoder()
+
+
+def arguments_object(arguments: str, param: str) -> dict[str, Any]:
+    """A chat tool call's `arguments` (JSON text) as the object a provider that takes calls
+    as objects wants (Gemini's `args`, Ollama's `arguments`); `""` is `{}`; anything but a
+    JSON object is the client's error, at `param`."""
+    if not arguments.strip():
+        return {}
+    try:
+        args = _json_decoder.decode(arguments)
+    except DECODE_ERRORS:
+        raise BadRequest("tool call arguments are not valid JSON", param=param) from None
+    if not isinstance(args, dict):
+        raise BadRequest("tool call arguments must be a JSON object", param=param)
+    return args

@@ -24,7 +24,7 @@ from msgspec import UNSET
 from gateway.errors import BadRequest
 from gateway.inbound.client_urls import refusal, url_allowed
 from gateway.providers.base import UpstreamCall
-from gateway.providers.translate import copy_sampling
+from gateway.providers.translate import arguments_object, copy_sampling
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import gemini as g
 from gateway.wire.openai_chat import ChatRequest, Message
@@ -193,18 +193,6 @@ def _function_response(message: Message, name: str) -> g.Part:
     return g.Part(function_response=g.FunctionResponse(name=name, response=response))
 
 
-def _arguments(arguments: str, param: str) -> dict[str, Any]:
-    if not arguments.strip():
-        return {}
-    try:
-        args = _json_decoder.decode(arguments)
-    except DECODE_ERRORS:
-        raise BadRequest("tool call arguments are not valid JSON", param=param) from None
-    if not isinstance(args, dict):
-        raise BadRequest("tool call arguments must be a JSON object", param=param)
-    return args
-
-
 _SIGNED = "gts"
 
 
@@ -259,7 +247,7 @@ def translate_messages(
             parts = _parts(m.content, param + ".content", storage_uris)
             for j, tc in enumerate(m.tool_calls or ()):
                 names[tc.id] = tc.function.name
-                args = _arguments(tc.function.arguments, f"{param}.tool_calls[{j}]")
+                args = arguments_object(tc.function.arguments, f"{param}.tool_calls[{j}]")
                 call = g.FunctionCall(name=tc.function.name, args=args)
                 signature = signature_of(tc.id)
                 if signature is None:

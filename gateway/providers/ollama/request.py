@@ -14,13 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 from msgspec import UNSET
 
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
-from gateway.providers.translate import copy_sampling
-from gateway.wire import DECODE_ERRORS
+from gateway.providers.translate import arguments_object, copy_sampling
 from gateway.wire import ollama as o
 from gateway.wire.openai_chat import ChatRequest, Message
 
@@ -33,8 +31,6 @@ THINK: dict[str, bool | str] = {
     "medium": "medium",
     "high": "high",
 }
-
-_json_decoder = msgspec.json.Decoder()
 
 
 def _text_and_images(content: Any, param: str) -> tuple[str, list[str]]:
@@ -69,18 +65,6 @@ def _image(url: Any, param: str) -> str:
     return data
 
 
-def _arguments(arguments: str, param: str) -> dict[str, Any]:
-    if not arguments.strip():
-        return {}
-    try:
-        args = _json_decoder.decode(arguments)
-    except DECODE_ERRORS:
-        raise BadRequest("tool call arguments are not valid JSON", param=param) from None
-    if not isinstance(args, dict):
-        raise BadRequest("tool call arguments must be a JSON object", param=param)
-    return args
-
-
 def translate_messages(messages: list[Message]) -> list[o.Message]:
     out: list[o.Message] = []
     names: dict[str, str] = {}  # tool_call_id -> function name
@@ -95,7 +79,7 @@ def translate_messages(messages: list[Message]) -> list[o.Message]:
             calls = []
             for j, tc in enumerate(m.tool_calls or ()):
                 names[tc.id] = tc.function.name
-                args = _arguments(tc.function.arguments, f"{param}.tool_calls[{j}].function")
+                args = arguments_object(tc.function.arguments, f"{param}.tool_calls[{j}].function")
                 calls.append(o.RequestToolCall(o.RequestFunctionCall(tc.function.name, args)))
             if calls:
                 msg.tool_calls = calls
