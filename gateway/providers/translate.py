@@ -13,6 +13,7 @@ Sans-IO, like the translators that use it: no asyncio, aiohttp, logging or clock
 - `copy_sampling`: the sampling parameters the request builders copy from the chat request.
 - `answer_message`, `one_choice`: a non-streamed answer as one `chat.completion`.
 - `arguments_object`: a chat tool call's arguments for providers that take an object.
+- `conversation`: system blocks and strict alternating turns (Anthropic, Bedrock).
 
 Tool-call indexes: a translator never counts tool calls. It passes on the upstream's own
 identity of a call (its id; Anthropic's and Bedrock's content-block index as the delta's
@@ -23,7 +24,7 @@ index the client sees: the count of calls started in the stream, kept in one pla
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -40,6 +41,7 @@ from gateway.wire.openai_chat import (
     ChunkChoice,
     Delta,
     FunctionDelta,
+    Message,
     ResponseMessage,
     ToolCall,
     ToolCallDelta,
@@ -233,3 +235,46 @@ def arguments_object(arguments: str, param: str) -> dict[str, Any]:
     if not isinstance(args, dict):
         raise BadRequest("tool call arguments must be a JSON object", param=param)
     return args
+
+
+def conversation(
+    messages: list[Message],
+    provider: str,
+    *,
+    system: Callable[[Message, str], list[Any]],
+    user: Callable[[Message, str], list[Any]],
+    assistant: Callable[[Message, int, str], list[Any]],
+    tool: Callable[[Message, int], Any],
+) -> tuple[list[Any], list[tuple[str, list[Any]]]]:
+    """A chat conversation as (system blocks, alternating turns) for the APIs that take the
+    system prompt apart and strict user/assistant turns (Anthropic's Messages, Bedrock's
+    Converse): system and developer messages go to the system blocks, a tool result is a
+    user turn, consecutive turns of one role are merged, and an empty turn is dropped (those
+    APIs reject it; dropping it keeps the rest valid). The callables make the provider's
+    blocks of one message (`param` is where its content is, for errors)."""
+    system_blocks: list[Any] = []
+    turns: list[tuple[str, list[Any]]] = []
+    for i, message in enumerate(messages):
+        role = message.role
+        param = f"messages[{i}].content"
+        if role in ("system", "developer"):
+            system_blocks.extend(system(message, param))
+            continue
+        if role == "user":
+            role_out, blocks = "user", user(message, param)
+        elif role == "assistant":
+            role_out, blocks = "assistant", assistant(message, i, param)
+        elif role == "tool":
+            role_out, blocks = "user", [tool(message, i)]
+        else:
+            raise BadRequest(
+                f"role {role!r} is not supported by the {provider} provider",
+                param=f"messages[{i}].role",
+            )
+        if not blocks:
+            continue
+        if turns and turns[-1][0] == role_out:
+            turns[-1][1].extend(blocks)
+        else:
+            turns.append((role_out, blocks))
+    return system_blocks, turns

@@ -24,7 +24,7 @@ from typing import Any
 
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
-from gateway.providers.translate import MESSAGES_SAMPLING, copy_sampling
+from gateway.providers.translate import MESSAGES_SAMPLING, conversation, copy_sampling
 from gateway.wire.anthropic import (
     Block,
     CacheControlledTool,
@@ -177,36 +177,20 @@ def _tool_result(message: Message, i: int) -> ToolResultBlock:
 
 def translate_messages(messages: list[Message]) -> tuple[list[TextBlock], list[MessageParam]]:
     """(system blocks, alternating turns) for a chat conversation."""
-    system: list[TextBlock] = []
-    turns: list[MessageParam] = []
-    for i, message in enumerate(messages):
-        role = message.role
-        param = f"messages[{i}].content"
-        blocks: list[Block]
-        if role in ("system", "developer"):
-            system.extend(
-                b for b in _parts(message.content, param, images=False) if isinstance(b, TextBlock)
-            )
-            continue
-        if role == "user":
-            role_out, blocks = "user", list(_parts(message.content, param, images=True))
-        elif role == "assistant":
-            role_out = "assistant"
-            blocks = [*_parts(message.content, param, images=False), *_tool_uses(message, i)]
-        elif role == "tool":
-            role_out, blocks = "user", [_tool_result(message, i)]
-        else:
-            raise BadRequest(
-                f"role {role!r} is not supported by the anthropic provider",
-                param=f"messages[{i}].role",
-            )
-        if not blocks:
-            continue  # an empty turn: Anthropic rejects it; dropping it keeps the rest valid
-        if turns and turns[-1].role == role_out:
-            turns[-1].content.extend(blocks)
-        else:
-            turns.append(MessageParam(role=role_out, content=blocks))
-    return system, turns
+    system, turns = conversation(
+        messages,
+        "anthropic",
+        system=lambda m, param: [
+            b for b in _parts(m.content, param, images=False) if isinstance(b, TextBlock)
+        ],
+        user=lambda m, param: list(_parts(m.content, param, images=True)),
+        assistant=lambda m, i, param: [
+            *_parts(m.content, param, images=False),
+            *_tool_uses(m, i),
+        ],
+        tool=_tool_result,
+    )
+    return system, [MessageParam(role=role, content=blocks) for role, blocks in turns]
 
 
 # --- everything else -------------------------------------------------------------------------

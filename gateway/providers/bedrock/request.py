@@ -21,7 +21,7 @@ from typing import Any
 
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
-from gateway.providers.translate import MESSAGES_SAMPLING, copy_sampling
+from gateway.providers.translate import MESSAGES_SAMPLING, conversation, copy_sampling
 from gateway.wire.bedrock import (
     ContentBlock,
     ConverseRequest,
@@ -132,37 +132,22 @@ def _tool_result(message: ChatMessage, i: int) -> ContentBlock:
 
 def translate_messages(messages: list[ChatMessage]) -> tuple[list[SystemBlock], list[Message]]:
     """(system blocks, alternating turns) for a chat conversation."""
-    system: list[SystemBlock] = []
-    turns: list[Message] = []
-    for i, message in enumerate(messages):
-        role = message.role
-        param = f"messages[{i}].content"
-        if role in ("system", "developer"):
-            system.extend(
-                SystemBlock(text=b.text)
-                for b in _parts(message.content, param, images=False)
-                if isinstance(b.text, str)
-            )
-            continue
-        if role == "user":
-            role_out, blocks = "user", _parts(message.content, param, images=True)
-        elif role == "assistant":
-            role_out = "assistant"
-            blocks = [*_parts(message.content, param, images=False), *_tool_uses(message, i)]
-        elif role == "tool":
-            role_out, blocks = "user", [_tool_result(message, i)]
-        else:
-            raise BadRequest(
-                f"role {role!r} is not supported by the bedrock provider",
-                param=f"messages[{i}].role",
-            )
-        if not blocks:
-            continue  # an empty turn: Bedrock rejects it; dropping it keeps the rest valid
-        if turns and turns[-1].role == role_out:
-            turns[-1].content.extend(blocks)
-        else:
-            turns.append(Message(role=role_out, content=blocks))
-    return system, turns
+    system, turns = conversation(
+        messages,
+        "bedrock",
+        system=lambda m, param: [
+            SystemBlock(text=b.text)
+            for b in _parts(m.content, param, images=False)
+            if isinstance(b.text, str)
+        ],
+        user=lambda m, param: _parts(m.content, param, images=True),
+        assistant=lambda m, i, param: [
+            *_parts(m.content, param, images=False),
+            *_tool_uses(m, i),
+        ],
+        tool=_tool_result,
+    )
+    return system, [Message(role=role, content=blocks) for role, blocks in turns]
 
 
 def _tool_config(request: ChatRequest) -> ToolConfig | None:
