@@ -24,6 +24,7 @@ index the client sees: the count of calls started in the stream, kept in one pla
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -278,3 +279,23 @@ def conversation(
         else:
             turns.append((role_out, blocks))
     return system_blocks, turns
+
+
+def call_inputs(message: Message, i: int) -> list[tuple[ToolCall, dict[str, Any]]]:
+    """Each tool call of the assistant message `messages[i]` with its arguments as the
+    object the APIs that take a call's input as JSON (Anthropic's `tool_use`, Bedrock's
+    `toolUse`) want; `""` is `{}`; anything but a JSON object is the client's error."""
+    out = []
+    for j, call in enumerate(message.tool_calls or []):
+        arguments = call.function.arguments
+        try:
+            parsed = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise BadRequest(
+                "tool call arguments must be a JSON object",
+                param=f"messages[{i}].tool_calls[{j}].function.arguments",
+            )
+        out.append((call, parsed))
+    return out

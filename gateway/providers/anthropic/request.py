@@ -19,12 +19,16 @@ or rejected with a 400; keep the two in step. The rules that shape this module:
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
-from gateway.providers.translate import MESSAGES_SAMPLING, conversation, copy_sampling
+from gateway.providers.translate import (
+    MESSAGES_SAMPLING,
+    call_inputs,
+    conversation,
+    copy_sampling,
+)
 from gateway.wire.anthropic import (
     Block,
     CacheControlledTool,
@@ -144,20 +148,10 @@ def _parts(content: Any, param: str, *, images: bool) -> list[TextBlock | ImageB
 
 
 def _tool_uses(message: Message, i: int) -> list[Block]:
-    out: list[Block] = []
-    for j, call in enumerate(message.tool_calls or []):
-        arguments = call.function.arguments
-        try:
-            parsed = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
-            parsed = None
-        if not isinstance(parsed, dict):
-            raise BadRequest(
-                "tool call arguments must be a JSON object",
-                param=f"messages[{i}].tool_calls[{j}].function.arguments",
-            )
-        out.append(ToolUseBlock(id=call.id, name=call.function.name, input=parsed))
-    return out
+    return [
+        ToolUseBlock(id=call.id, name=call.function.name, input=parsed)
+        for call, parsed in call_inputs(message, i)
+    ]
 
 
 def _tool_result(message: Message, i: int) -> ToolResultBlock:

@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from typing import Any
 
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
-from gateway.providers.translate import MESSAGES_SAMPLING, conversation, copy_sampling
+from gateway.providers.translate import (
+    MESSAGES_SAMPLING,
+    call_inputs,
+    conversation,
+    copy_sampling,
+)
 from gateway.wire.bedrock import (
     ContentBlock,
     ConverseRequest,
@@ -98,24 +102,10 @@ def _parts(content: Any, param: str, *, images: bool) -> list[ContentBlock]:
 
 
 def _tool_uses(message: ChatMessage, i: int) -> list[ContentBlock]:
-    out: list[ContentBlock] = []
-    for j, call in enumerate(message.tool_calls or []):
-        arguments = call.function.arguments
-        try:
-            parsed = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
-            parsed = None
-        if not isinstance(parsed, dict):
-            raise BadRequest(
-                "tool call arguments must be a JSON object",
-                param=f"messages[{i}].tool_calls[{j}].function.arguments",
-            )
-        out.append(
-            ContentBlock(
-                tool_use=ToolUse(tool_use_id=call.id, name=call.function.name, input=parsed)
-            )
-        )
-    return out
+    return [
+        ContentBlock(tool_use=ToolUse(tool_use_id=call.id, name=call.function.name, input=parsed))
+        for call, parsed in call_inputs(message, i)
+    ]
 
 
 def _tool_result(message: ChatMessage, i: int) -> ContentBlock:
