@@ -299,3 +299,14 @@ def call_inputs(message: Message, i: int) -> list[tuple[ToolCall, dict[str, Any]
             )
         out.append((call, parsed))
     return out
+
+
+def refuse_beyond_one_text_choice(request: ChatRequest, provider: str) -> None:
+    """Refuse (400) what a provider that answers with one text choice cannot do: `n` > 1,
+    log probabilities, audio output (Anthropic's Messages, Bedrock's Converse)."""
+    if request.n not in (UNSET, None, 1):
+        raise BadRequest(f"the {provider} provider answers one choice (n must be 1)", param="n")
+    if request.logprobs is True:
+        raise BadRequest(f"the {provider} provider has no logprobs", param="logprobs")
+    if request.modalities not in (UNSET, None) and "audio" in (request.modalities or []):
+        raise BadRequest(f"the {provider} provider has no audio output", param="modalities")

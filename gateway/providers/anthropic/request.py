@@ -28,6 +28,7 @@ from gateway.providers.translate import (
     call_inputs,
     conversation,
     copy_sampling,
+    refuse_beyond_one_text_choice,
 )
 from gateway.wire.anthropic import (
     Block,
@@ -230,12 +231,7 @@ def _tool_choice(request: ChatRequest) -> ToolChoice | None:
 
 
 def _reject_unsupported(request: ChatRequest) -> None:
-    if request.n not in (UNSET, None, 1):
-        raise BadRequest("the anthropic provider answers one choice (n must be 1)", param="n")
-    if request.logprobs is True:
-        raise BadRequest("the anthropic provider has no logprobs", param="logprobs")
-    if request.modalities not in (UNSET, None) and "audio" in (request.modalities or []):
-        raise BadRequest("the anthropic provider has no audio output", param="modalities")
+    refuse_beyond_one_text_choice(request, "anthropic")
 
 
 def _thinking(request: ChatRequest, max_tokens: int, explicit: bool) -> tuple[Thinking, int]:

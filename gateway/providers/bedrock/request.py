@@ -25,6 +25,7 @@ from gateway.providers.translate import (
     call_inputs,
     conversation,
     copy_sampling,
+    refuse_beyond_one_text_choice,
 )
 from gateway.wire.bedrock import (
     ContentBlock,
@@ -177,12 +178,7 @@ def _tool_config(request: ChatRequest) -> ToolConfig | None:
 
 
 def _reject_unsupported(request: ChatRequest) -> None:
-    if request.n not in (UNSET, None, 1):
-        raise BadRequest("the bedrock provider answers one choice (n must be 1)", param="n")
-    if request.logprobs is True:
-        raise BadRequest("the bedrock provider has no logprobs", param="logprobs")
-    if request.modalities not in (UNSET, None) and "audio" in (request.modalities or []):
-        raise BadRequest("the bedrock provider has no audio output", param="modalities")
+    refuse_beyond_one_text_choice(request, "bedrock")
     if request.audio not in (UNSET, None):
         raise BadRequest("the bedrock provider has no audio output", param="audio")
     fmt = request.response_format
