@@ -41,9 +41,11 @@ from gateway.wire.openai_chat import (
     Choice,
     ChunkChoice,
     Delta,
+    FunctionDefinition,
     FunctionDelta,
     Message,
     ResponseMessage,
+    Tool,
     ToolCall,
     ToolCallDelta,
     Usage,
@@ -310,3 +312,18 @@ def refuse_beyond_one_text_choice(request: ChatRequest, provider: str) -> None:
         raise BadRequest(f"the {provider} provider has no logprobs", param="logprobs")
     if request.modalities not in (UNSET, None) and "audio" in (request.modalities or []):
         raise BadRequest(f"the {provider} provider has no audio output", param="modalities")
+
+
+def function_tools(request: ChatRequest, provider: str) -> list[tuple[Tool, FunctionDefinition]]:
+    """The request's tools, each with its function, for a provider that takes function tools
+    only (400 for any other type); in the request's order."""
+    out = []
+    for i, tool in enumerate(request.tools or []):
+        fn = tool.function
+        if tool.type != "function" or fn is UNSET:
+            raise BadRequest(
+                f"tool type {tool.type!r} is not supported by the {provider} provider",
+                param=f"tools[{i}].type",
+            )
+        out.append((tool, fn))
+    return out

@@ -28,6 +28,7 @@ from gateway.providers.translate import (
     call_inputs,
     conversation,
     copy_sampling,
+    function_tools,
     refuse_beyond_one_text_choice,
 )
 from gateway.wire.anthropic import (
@@ -193,13 +194,7 @@ def translate_messages(messages: list[Message]) -> tuple[list[TextBlock], list[M
 
 def _tools(request: ChatRequest) -> list[ToolParam]:
     out = []
-    for i, tool in enumerate(request.tools or []):
-        fn = tool.function
-        if tool.type != "function" or fn is UNSET:
-            raise BadRequest(
-                f"tool type {tool.type!r} is not supported by the anthropic provider",
-                param=f"tools[{i}].type",
-            )
+    for tool, fn in function_tools(request, "anthropic"):
         schema = fn.parameters if fn.parameters is not UNSET else _EMPTY_SCHEMA
         param = ToolParam(name=fn.name, input_schema=schema, description=fn.description)
         if isinstance(tool, CacheControlledTool):

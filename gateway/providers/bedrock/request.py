@@ -25,6 +25,7 @@ from gateway.providers.translate import (
     call_inputs,
     conversation,
     copy_sampling,
+    function_tools,
     refuse_beyond_one_text_choice,
 )
 from gateway.wire.bedrock import (
@@ -143,13 +144,7 @@ def translate_messages(messages: list[ChatMessage]) -> tuple[list[SystemBlock], 
 
 def _tool_config(request: ChatRequest) -> ToolConfig | None:
     tools: list[ToolDef] = []
-    for i, tool in enumerate(request.tools or []):
-        fn = tool.function
-        if tool.type != "function" or fn is UNSET:
-            raise BadRequest(
-                f"tool type {tool.type!r} is not supported by the bedrock provider",
-                param=f"tools[{i}].type",
-            )
+    for _, fn in function_tools(request, "bedrock"):
         schema = fn.parameters if fn.parameters is not UNSET else _EMPTY_SCHEMA
         spec = ToolSpec(name=fn.name, input_schema=InputSchema(json=schema))
         if isinstance(fn.description, str) and fn.description:
