@@ -9,7 +9,7 @@ not import asyncio or aiohttp.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 from urllib.parse import quote, unquote
 
 import msgspec
@@ -22,7 +22,6 @@ from gateway.errors import (
     UpstreamProtocolError,
     UpstreamStatusError,
 )
-from gateway.providers.spec import ResetHeaders
 from gateway.wire.openai_chat import ChatChunk, ChatRequest, Usage
 
 
@@ -34,6 +33,17 @@ class NativeRequest(msgspec.Struct, frozen=True):
     api: str  # "responses" | "messages"
     body: dict[str, Any]
     headers: dict[str, str] = {}  # client headers that belong to that API (anthropic-beta)
+
+
+class ResetHeaders(msgspec.Struct, frozen=True):
+    """A family of rate-limit headers an upstream sends: per limit (`requests`, `tokens`...)
+    a `remaining` count and when it resets (`reset` names with `{}` for the limit), the
+    reset given as a duration ("6m0s", "20ms") or as an RFC 3339 time."""
+
+    remaining: str
+    reset: str
+    limits: tuple[str, ...]
+    form: Literal["duration", "time"]
 
 
 class UpstreamCall(msgspec.Struct, kw_only=True):

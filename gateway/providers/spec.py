@@ -10,22 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import msgspec
+from typing import Any
 
 from gateway.config_base import ProviderBase
-
-
-class ResetHeaders(msgspec.Struct, frozen=True):
-    """A family of rate-limit headers an upstream sends: per limit (`requests`, `tokens`...)
-    a `remaining` count and when it resets (`reset` names with `{}` for the limit), the
-    reset given as a duration ("6m0s", "20ms") or as an RFC 3339 time."""
-
-    remaining: str
-    reset: str
-    limits: tuple[str, ...]
-    form: Literal["duration", "time"]
+from gateway.providers.base import cannot_count_tokens
 
 
 def same_id(model: str) -> str:
@@ -55,7 +43,7 @@ class ProviderSpec:
         found = {"chat"}
         if self.embeddings is not None:
             found.add("embeddings")
-        if getattr(self.adapter, "counts_tokens", False):
+        if getattr(self.adapter, "count_tokens", cannot_count_tokens) is not cannot_count_tokens:
             found.add("count_tokens")
         if "responses" in self.config.apis:
             found.add("continuation")

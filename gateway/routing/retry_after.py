@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 
-from gateway.providers.spec import ResetHeaders
+from gateway.providers.base import ResetHeaders
 
 MAX_WAIT_S = 3600.0
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from gateway.config_base import ProviderBase, ProviderKey
-from gateway.providers.registry import SPECS
+from gateway.providers.registry import SPECS, kinds_speaking, kinds_with
 
 ROOT = Path(__file__).resolve().parents[2]
 GATEWAY = ROOT / "gateway"
@@ -114,6 +114,14 @@ def test_every_kind_is_a_package_that_declares_its_spec() -> None:
         assert spec.adapter.__module__.startswith(f"gateway.providers.{spec.kind}.")
         if spec.embeddings is not None:
             assert spec.embeddings.__module__.startswith(f"gateway.providers.{spec.kind}.")
+
+
+def test_capabilities_follow_from_what_each_package_declares() -> None:
+    assert kinds_with("count_tokens") == ["anthropic"]
+    assert "anthropic" not in kinds_with("embeddings")
+    assert set(kinds_with("embeddings")) == KINDS - {"anthropic"}
+    assert kinds_speaking("responses") == kinds_with("continuation") == ["azure", "openai"]
+    assert all("chat" in spec.capabilities for spec in SPECS)
 
 
 # A kind written as one package, outside the tree: an OpenAI-compatible server with its own

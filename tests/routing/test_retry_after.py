@@ -18,6 +18,7 @@ FAMILIES = OpenAIAdapter.rate_limits + AnthropicAdapter.rate_limits
 def retry_after_s(headers: dict[str, str], now: float) -> float | None:
     return read_wait(headers, now, FAMILIES)
 
+
 NOW = 1_750_000_000.0
 
 

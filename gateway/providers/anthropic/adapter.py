@@ -31,6 +31,7 @@ from gateway.providers.anthropic.config import AnthropicProvider
 from gateway.providers.anthropic.count_tokens import count_tokens
 from gateway.providers.anthropic.request import answer_tool, build_messages_request
 from gateway.providers.base import (
+    ResetHeaders,
     TokenCount,
     Translated,
     UnaryResult,
@@ -40,7 +41,6 @@ from gateway.providers.base import (
     status_error,
     tool_input_text,
 )
-from gateway.providers.spec import ResetHeaders
 from gateway.providers.translate import (
     STOP_REASONS,
     ChunkTranslator,

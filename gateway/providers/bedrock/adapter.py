@@ -35,6 +35,7 @@ from gateway.errors import (
 )
 from gateway.framing.aws_eventstream import EventStreamMessage
 from gateway.providers.base import (
+    ResetHeaders,
     Translated,
     UnaryResult,
     UpstreamCall,
@@ -48,7 +49,6 @@ from gateway.providers.base import (
 from gateway.providers.bedrock.auth import authorized
 from gateway.providers.bedrock.config import BedrockProvider
 from gateway.providers.bedrock.request import build_converse_request
-from gateway.providers.spec import ResetHeaders
 from gateway.providers.translate import (
     STOP_REASONS,
     ChunkTranslator,

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
 from gateway.providers.base import (
+    ResetHeaders,
     Translated,
     UnaryResult,
     UpstreamCall,
@@ -30,7 +31,6 @@ from gateway.providers.base import (
 )
 from gateway.providers.gemini.config import GeminiProvider
 from gateway.providers.gemini.request import build_body, signed_call_id
-from gateway.providers.spec import ResetHeaders
 from gateway.providers.translate import ChunkTranslator, answer_message, chat_finish, one_choice
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import gemini as g

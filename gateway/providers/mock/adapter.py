@@ -13,6 +13,7 @@ from typing import Any
 
 from gateway.errors import UpstreamError
 from gateway.providers.base import (
+    ResetHeaders,
     UnaryResult,
     UpstreamCall,
     UpstreamRequest,
@@ -21,7 +22,6 @@ from gateway.providers.base import (
 )
 from gateway.providers.mock.config import MockOptions, MockProvider
 from gateway.providers.openai.adapter import ChatStreamTranslator, error_from_body
-from gateway.providers.spec import ResetHeaders
 from gateway.wire.openai_chat import (
     ChatChunk,
     ChunkChoice,

@@ -21,6 +21,7 @@ from typing import Any
 from gateway.config_base import effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.providers.base import (
+    ResetHeaders,
     Translated,
     UnaryResult,
     UpstreamCall,
@@ -31,7 +32,6 @@ from gateway.providers.base import (
 )
 from gateway.providers.ollama.config import OllamaProvider
 from gateway.providers.ollama.request import build_body
-from gateway.providers.spec import ResetHeaders
 from gateway.providers.translate import ChunkTranslator, answer_message, chat_finish, one_choice
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import ollama as o

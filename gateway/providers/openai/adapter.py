@@ -19,6 +19,7 @@ from gateway.config_base import effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
 from gateway.providers.base import (
+    ResetHeaders,
     StreamTranslator,
     Translated,
     UnaryResult,
@@ -31,7 +32,6 @@ from gateway.providers.base import (
 from gateway.providers.openai.config import OpenAIProvider
 from gateway.providers.openai.responses import ResponsesStreamTranslator, responses_unary_result
 from gateway.providers.openai.responses_request import responses_body
-from gateway.providers.spec import ResetHeaders
 from gateway.providers.translate import chat_finish
 from gateway.wire import DECODE_ERRORS
 from gateway.wire.openai_chat import (
