@@ -170,6 +170,19 @@ class ProviderAdapter(Protocol):
     ) -> UpstreamError: ...
 
 
+class AdapterDefaults:
+    """What most adapters declare: an SSE body, non-streaming requests sent non-streaming,
+    keys sent as they are, no token counting, nothing forwarded natively, no rate-limit
+    headers. An adapter subclasses it and declares only where its kind differs."""
+
+    framing = "sse"
+    native_unary = True
+    token_source = no_token_source
+    count_tokens = cannot_count_tokens
+    native_apis: frozenset[str] = frozenset()
+    rate_limits: tuple[ResetHeaders, ...] = ()
+
+
 E = TypeVar("E", bound=GatewayError)
 
 
@@ -261,6 +274,13 @@ def status_error(
     if not retryable and type:
         err.type = type
     return err
+
+
+def excerpt_error(status: int, body: bytes) -> UpstreamError:
+    """The error for an answer whose body is not the provider's error shape: the status and
+    a short excerpt of the body as the message."""
+    text = body[:300].decode("utf-8", "replace").strip()
+    return status_error(status, text or f"upstream answered HTTP {status}")
 
 
 def tool_input_text(raw: bytes) -> str:

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
+from msgspec import UnsetType
 
-from gateway.errors import BadRequest
+from gateway.errors import BadRequest, UpstreamProtocolError
 from gateway.providers.base import Translated, UpstreamCall
 from gateway.wire import DECODE_ERRORS
 from gateway.wire.openai_chat import (
@@ -305,7 +306,8 @@ def call_inputs(message: Message, i: int) -> list[tuple[ToolCall, dict[str, Any]
 
 def refuse_beyond_one_text_choice(request: ChatRequest, provider: str) -> None:
     """Refuse (400) what a provider that answers with one text choice cannot do: `n` > 1,
-    log probabilities, audio output (Anthropic's Messages, Bedrock's Converse)."""
+    log probabilities, audio output (Anthropic's Messages, Bedrock's Converse, Gemini,
+    Ollama)."""
     if request.n not in (UNSET, None, 1):
         raise BadRequest(f"the {provider} provider answers one choice (n must be 1)", param="n")
     if request.logprobs is True:
@@ -327,3 +329,20 @@ def function_tools(request: ChatRequest, provider: str) -> list[tuple[Tool, Func
             )
         out.append((tool, fn))
     return out
+
+
+T = TypeVar("T")
+
+
+def given(value: T | None) -> T | UnsetType:
+    """`value`, or UNSET for None: a request field the builder left out is not sent."""
+    return UNSET if value is None else value
+
+
+def decoded_event(decoder: msgspec.json.Decoder[T], data: bytes, what: str = "event") -> T:
+    """One upstream event's (or a whole answer's) JSON, or the protocol error that ends the
+    attempt."""
+    try:
+        return decoder.decode(data)
+    except DECODE_ERRORS as exc:
+        raise UpstreamProtocolError(f"upstream sent a malformed {what}: {exc}") from None

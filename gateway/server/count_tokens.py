@@ -29,7 +29,7 @@ from gateway.server.inference import prompt_estimate
 from gateway.server.limits import SLOTS
 from gateway.server.messages import NATIVE_API, read_messages_body
 from gateway.server.state import REQUEST_ID, STATE, GatewayState
-from gateway.upstream.attempts import AttemptRunner, Ended
+from gateway.upstream.attempts import Ended
 from gateway.upstream.transport import fetch_all
 from gateway.wire.openai_chat import ChatRequest
 
@@ -106,14 +106,7 @@ class TokenCounting:
         self._body = body
         running = asyncio.get_running_loop()
         self._loop = running
-        self.runner = AttemptRunner(
-            plan=same,
-            model=chat.model,
-            deadline=running.time() + state.config.routing.deadline_s,
-            clock=state.pool.clock,
-            tokens=state.tokens,
-            loop=running,
-        )
+        self.runner = state.attempt_runner(same, chat.model)
         self._answered_at = 0.0
 
     def call(self, attempt: Attempt) -> UpstreamCall:
@@ -153,12 +146,7 @@ class TokenCounting:
         data, _ = await self.runner.bounded(fetched, timeouts.total_s, _timed_out)
         self._answered_at = self._loop.time()
         count = counting.read(data)
-        headers = {
-            "x-gateway-provider": attempt.provider.name,
-            "x-gateway-model": attempt.model,
-            "x-gateway-attempts": str(self.runner.attempts),
-        }
-        return web.json_response({"input_tokens": count}, headers=headers)
+        return web.json_response({"input_tokens": count}, headers=self.runner.served_headers())
 
     def ended(self) -> Ended:
         return Ended(first_byte_at=self._answered_at)

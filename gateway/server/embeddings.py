@@ -206,8 +206,7 @@ class EmbeddingsRun:
         self._dimensions = dimensions
         self._base64 = base64
         self._model = model
-        self._loop = loop = asyncio.get_running_loop()
-        self._deadline = loop.time() + state.config.routing.deadline_s
+        self._loop = asyncio.get_running_loop()
         self.runner: AttemptRunner | None = None  # made with the plan, once admitted
         self._family: EmbeddingsProvider | None = None  # the current attempt's
         # perf_counter times: the gateway's own time (before sending, merging the answers)
@@ -236,14 +235,9 @@ class EmbeddingsRun:
 
     async def serve(self) -> web.Response:
         state = self._state
-        self.runner = runner = AttemptRunner(
-            plan=state.router.plan(self._model),
-            model=self._model,
-            deadline=self._deadline,
-            clock=state.pool.clock,
-            tokens=state.tokens,
-            loop=self._loop,
-            refusals=True,  # a target that cannot take the input: the next one may
+        # refusals: a target that cannot take the input moves on to the next one
+        self.runner = runner = state.attempt_runner(
+            state.router.plan(self._model), self._model, refusals=True
         )
         return await runner.run(self)
 
@@ -299,12 +293,7 @@ class EmbeddingsRun:
         return web.Response(
             body=body,
             content_type="application/json",
-            headers={
-                "x-request-id": self._request_id,
-                "x-gateway-provider": attempt.provider.name,
-                "x-gateway-model": attempt.model,
-                "x-gateway-attempts": str(self._runner.attempts),
-            },
+            headers={"x-request-id": self._request_id, **self._runner.served_headers()},
         )
 
     def ended(self) -> Ended:

@@ -10,8 +10,9 @@ from typing import Protocol
 from aiohttp import web
 
 from gateway.config import Config
-from gateway.routing.router import Router
+from gateway.routing.router import Attempt, Router
 from gateway.store.kv import KeyValueStore, make_kv
+from gateway.upstream.attempts import AttemptRunner
 from gateway.upstream.credentials import AccessTokens
 from gateway.upstream.http_client import HttpPool
 
@@ -39,6 +40,19 @@ class GatewayState:
         # and replicas without a syscall per request.
         self._id_prefix = secrets.token_hex(6)
         self._ids = itertools.count(1)
+
+    def attempt_runner(
+        self, plan: list[Attempt], model: str, *, refusals: bool = False
+    ) -> AttemptRunner:
+        """The runner of one request's attempts, its deadline `routing.deadline_s` from now."""
+        return AttemptRunner(
+            plan=plan,
+            model=model,
+            deadline_s=self.config.routing.deadline_s,
+            pool=self.pool,
+            tokens=self.tokens,
+            refusals=refusals,
+        )
 
     def new_request_id(self) -> str:
         return f"{self._id_prefix}{next(self._ids):010x}"

@@ -95,12 +95,7 @@ class StreamActor:
             outbound = ChatOutbound(bool(options and options.include_usage))
         self.outbound = outbound
         self.runner = AttemptRunner(
-            plan=job.plan,
-            model=request.model,
-            deadline=self.started + job.deadline_s,
-            clock=pool.clock,
-            tokens=tokens,
-            loop=loop,
+            plan=job.plan, model=request.model, deadline_s=job.deadline_s, pool=pool, tokens=tokens
         )
         self.client = ClientStream(http, loop, server.client_write_timeout_s)
         self.client.keepalive_bytes = outbound.keepalive
@@ -450,13 +445,7 @@ class StreamActor:
 
     def commit_headers(self) -> dict[str, str]:
         runner = self.runner
-        headers = dict(self._job.headers)
-        attempt = runner.attempt
-        if attempt is not None:
-            headers["x-gateway-provider"] = attempt.provider.name
-            headers["x-gateway-model"] = attempt.model
-        headers["x-gateway-attempts"] = str(runner.attempts)
-        return headers
+        return {**self._job.headers, **runner.served_headers()}
 
 
 def _uncancel() -> None:

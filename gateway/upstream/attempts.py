@@ -36,8 +36,9 @@ from gateway.providers.base import TokenSource, hide_credentials
 from gateway.routing.balancer import unavailable
 from gateway.routing.health import REFUSED
 from gateway.routing.router import Attempt
-from gateway.upstream.alarm import Alarm, AlarmClock
+from gateway.upstream.alarm import Alarm
 from gateway.upstream.credentials import AccessTokens
+from gateway.upstream.http_client import HttpPool
 from gateway.upstream.outcome import count_move, final_error, report_failure, report_success
 from gateway.wire.openai_chat import Usage
 
@@ -85,6 +86,7 @@ class AttemptRunner:
         "loop",
         "model",
         "plan",
+        "pool",
         "refusals",
         "started",
         "token",
@@ -96,18 +98,18 @@ class AttemptRunner:
         *,
         plan: list[Attempt],
         model: str,
-        deadline: float,
-        clock: AlarmClock,
+        deadline_s: float,
+        pool: HttpPool,
         tokens: AccessTokens,
-        loop: asyncio.AbstractEventLoop,
         refusals: bool = False,
     ) -> None:
         self.plan = plan
         self.model = model  # the client's model name (the failover metric's label)
-        self.deadline = deadline  # loop time: the whole request's deadline
-        self.loop = loop
+        self.loop = loop = asyncio.get_running_loop()
+        self.deadline = loop.time() + deadline_s  # loop time: the whole request's deadline
+        self.pool = pool  # the upstream connections (and the alarm clock) of this process
         self.tokens = tokens
-        self.alarm = Alarm(clock)  # the deadline of whatever the attempt waits for
+        self.alarm = Alarm(pool.clock)  # the deadline of whatever the attempt waits for
         # `refusals`: a ClientError from a target moves on to the next one (embeddings:
         # a target that cannot take the input); otherwise it is the request's answer
         self.refusals = refusals
@@ -115,6 +117,16 @@ class AttemptRunner:
         self.attempt: Attempt | None = None  # the current (at the end: the last) attempt
         self.token: str | None = None  # the current attempt's access token
         self.started = 0.0  # loop time the current attempt began
+
+    def served_headers(self) -> dict[str, str]:
+        """What the client is told of the attempts: the served (or last) provider and
+        upstream model, and how many attempts were made."""
+        headers = {"x-gateway-attempts": str(self.attempts)}
+        attempt = self.attempt
+        if attempt is not None:
+            headers["x-gateway-provider"] = attempt.provider.name
+            headers["x-gateway-model"] = attempt.model
+        return headers
 
     def hide(self, err: E) -> E:
         """`err` with the current attempt's credentials (key secrets, token) cut out."""

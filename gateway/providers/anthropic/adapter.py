@@ -31,13 +31,14 @@ from gateway.providers.anthropic.config import AnthropicProvider
 from gateway.providers.anthropic.count_tokens import count_tokens
 from gateway.providers.anthropic.request import answer_tool, build_messages_request
 from gateway.providers.base import (
+    AdapterDefaults,
     ResetHeaders,
     TokenCount,
     Translated,
     UnaryResult,
     UpstreamCall,
     UpstreamRequest,
-    no_token_source,
+    excerpt_error,
     status_error,
     tool_input_text,
 )
@@ -46,6 +47,7 @@ from gateway.providers.translate import (
     ChunkTranslator,
     ToolBlocks,
     answer_message,
+    decoded_event,
     mapped_finish,
     one_choice,
 )
@@ -125,10 +127,7 @@ class AnthropicStreamTranslator(ChunkTranslator):
         data = frame.data
         if not data.strip():
             return []
-        try:
-            event = event_decoder.decode(data)
-        except DECODE_ERRORS as exc:
-            raise UpstreamProtocolError(f"upstream sent a malformed event: {exc}") from None
+        event = decoded_event(event_decoder, data)
         kind = event.type or frame.event
         if kind == "content_block_delta":
             return self._delta(event)
@@ -205,10 +204,7 @@ class AnthropicStreamTranslator(ChunkTranslator):
 
 def completion_from_message(call: UpstreamCall, body: bytes) -> tuple[ChatCompletion, Usage]:
     """A non-streaming Anthropic answer as one `chat.completion`."""
-    try:
-        message = message_decoder.decode(body)
-    except DECODE_ERRORS as exc:
-        raise UpstreamProtocolError(f"upstream sent a malformed message: {exc}") from None
+    message = decoded_event(message_decoder, body, "message")
     forced = answer_tool(call.request)
     texts: list[str] = []
     thinking: list[str] = []
@@ -257,8 +253,7 @@ def error_from_body(status: int, body: bytes) -> UpstreamError:
     try:
         error = error_body_decoder.decode(body).error
     except DECODE_ERRORS:
-        text = body[:300].decode("utf-8", "replace").strip()
-        return status_error(status, text or f"upstream answered HTTP {status}")
+        return excerpt_error(status, body)
     return status_error(status, error.message, type=error.type or None, code=error.type or None)
 
 
@@ -271,12 +266,9 @@ RATE_LIMITS = ResetHeaders(
 )
 
 
-class AnthropicAdapter:
+class AnthropicAdapter(AdapterDefaults):
     """The `anthropic` kind, against `base_url` (`https://api.anthropic.com` by default)."""
 
-    framing = "sse"
-    native_unary = True
-    token_source = no_token_source
     # an Anthropic Messages client's request is forwarded as is (see the module docstring)
     native_apis: frozenset[str] = frozenset({"messages"})
     rate_limits = (RATE_LIMITS,)

@@ -35,13 +35,11 @@ from gateway.errors import (
 )
 from gateway.framing.aws_eventstream import EventStreamMessage
 from gateway.providers.base import (
-    ResetHeaders,
+    AdapterDefaults,
     Translated,
     UnaryResult,
     UpstreamCall,
     UpstreamRequest,
-    cannot_count_tokens,
-    no_token_source,
     path_segment,
     status_error,
     tool_input_text,
@@ -54,6 +52,7 @@ from gateway.providers.translate import (
     ChunkTranslator,
     ToolBlocks,
     answer_message,
+    decoded_event,
     mapped_finish,
     one_choice,
 )
@@ -214,10 +213,7 @@ class BedrockStreamTranslator(ChunkTranslator):
 
 def completion_from_response(call: UpstreamCall, body: bytes) -> tuple[ChatCompletion, Usage]:
     """A Converse answer as one `chat.completion`."""
-    try:
-        response = response_decoder.decode(body)
-    except DECODE_ERRORS as exc:
-        raise UpstreamProtocolError(f"upstream sent a malformed answer: {exc}") from None
+    response = decoded_event(response_decoder, body, "answer")
     texts: list[str] = []
     thinking: list[str] = []
     calls: list[ToolCall] = []
@@ -273,15 +269,10 @@ def signing_time(call: UpstreamCall) -> datetime:
     return datetime.fromtimestamp(call.now, UTC)
 
 
-class BedrockAdapter:
+class BedrockAdapter(AdapterDefaults):
     """The `bedrock` kind, against `base_url` or `https://bedrock-runtime.{region}.amazonaws.com`."""
 
     framing = "aws-eventstream"
-    native_unary = True
-    token_source = no_token_source
-    count_tokens = cannot_count_tokens
-    native_apis: frozenset[str] = frozenset()
-    rate_limits: tuple[ResetHeaders, ...] = ()
 
     def __init__(self, provider: BedrockProvider) -> None:
         self._base = effective_base_url(provider)

@@ -19,13 +19,12 @@ from collections.abc import Mapping
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
 from gateway.providers.base import (
-    ResetHeaders,
+    AdapterDefaults,
     Translated,
     UnaryResult,
     UpstreamCall,
     UpstreamRequest,
-    cannot_count_tokens,
-    no_token_source,
+    excerpt_error,
     path_segment,
     status_error,
 )
@@ -222,21 +221,13 @@ def error_from_body(status: int, body: bytes) -> UpstreamError:
     try:
         err = g.error_body_decoder.decode(body).error
     except DECODE_ERRORS:
-        text = body[:300].decode("utf-8", "replace").strip()
-        return status_error(status, text or f"upstream answered HTTP {status}")
+        return excerpt_error(status, body)
     return status_error(status, err.message, type=err.status, code=err.status)
 
 
-class GeminiAdapter:
+class GeminiAdapter(AdapterDefaults):
     """The `gemini` kind: the Gemini API at `base_url` (Google's by default), key in
     `x-goog-api-key`."""
-
-    framing = "sse"
-    native_unary = True
-    token_source = no_token_source
-    count_tokens = cannot_count_tokens
-    native_apis: frozenset[str] = frozenset()
-    rate_limits: tuple[ResetHeaders, ...] = ()
 
     def __init__(self, provider: GeminiProvider) -> None:
         self._base = provider.models_url()

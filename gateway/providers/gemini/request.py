@@ -24,7 +24,12 @@ from msgspec import UNSET
 from gateway.errors import BadRequest
 from gateway.inbound.client_urls import refusal, url_allowed
 from gateway.providers.base import UpstreamCall
-from gateway.providers.translate import arguments_object, copy_sampling
+from gateway.providers.translate import (
+    arguments_object,
+    copy_sampling,
+    given,
+    refuse_beyond_one_text_choice,
+)
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import gemini as g
 from gateway.wire.openai_chat import ChatRequest, Message
@@ -335,12 +340,7 @@ SAMPLING = {
 
 def generation_config(request: ChatRequest) -> g.GenerationConfig | None:
     r = request
-    if r.n is not None and r.n is not UNSET and r.n > 1:
-        raise BadRequest("Gemini models answer with one choice only (n must be 1)", param="n")
-    if r.logprobs:
-        raise BadRequest("log probabilities are not available from Gemini", param="logprobs")
-    if r.modalities and "audio" in r.modalities:
-        raise BadRequest("Gemini chat models answer in text only", param="modalities")
+    refuse_beyond_one_text_choice(r, "Gemini")
     config = g.GenerationConfig()
     max_tokens = r.max_completion_tokens if r.max_completion_tokens else r.max_tokens
     if max_tokens:
@@ -366,16 +366,11 @@ def build_body(call: UpstreamCall) -> bytes:
     """The JSON body of the Gemini request for this call."""
     request = call.request
     system, contents = translate_messages(request.messages, call.provider.allow_storage_uris)
-    body = g.GenerateContentRequest(contents=contents)
-    if system is not None:
-        body.system_instruction = system
-    tools = translate_tools(request)
-    if tools is not None:
-        body.tools = tools
-    tool_config = translate_tool_choice(request.tool_choice)
-    if tool_config is not None:
-        body.tool_config = tool_config
-    config = generation_config(request)
-    if config is not None:
-        body.generation_config = config
+    body = g.GenerateContentRequest(
+        contents=contents,
+        system_instruction=given(system),
+        tools=given(translate_tools(request)),
+        tool_config=given(translate_tool_choice(request.tool_choice)),
+        generation_config=given(generation_config(request)),
+    )
     return g.encoder.encode(body)

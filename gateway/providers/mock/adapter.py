@@ -13,12 +13,10 @@ from typing import Any
 
 from gateway.errors import UpstreamError
 from gateway.providers.base import (
-    ResetHeaders,
+    AdapterDefaults,
     UnaryResult,
     UpstreamCall,
     UpstreamRequest,
-    cannot_count_tokens,
-    no_token_source,
 )
 from gateway.providers.mock.config import MockOptions, MockProvider
 from gateway.providers.openai.adapter import ChatStreamTranslator, error_from_body
@@ -136,15 +134,10 @@ def render_frames(call: UpstreamCall, options: MockOptions) -> list[bytes]:
     return frames
 
 
-class MockAdapter:
+class MockAdapter(AdapterDefaults):
     """The `mock` kind. Non-streaming requests are served from the stream (accumulated)."""
 
-    framing = "sse"
     native_unary = False
-    token_source = no_token_source
-    count_tokens = cannot_count_tokens
-    native_apis: frozenset[str] = frozenset()
-    rate_limits: tuple[ResetHeaders, ...] = ()
 
     def __init__(self, provider: MockProvider) -> None:
         self._options = provider.mock or MockOptions()

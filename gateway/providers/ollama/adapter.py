@@ -21,13 +21,12 @@ from typing import Any
 from gateway.config_base import effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.providers.base import (
-    ResetHeaders,
+    AdapterDefaults,
     Translated,
     UnaryResult,
     UpstreamCall,
     UpstreamRequest,
-    cannot_count_tokens,
-    no_token_source,
+    excerpt_error,
     status_error,
 )
 from gateway.providers.ollama.config import OllamaProvider
@@ -175,21 +174,15 @@ def error_from_body(status: int, body: bytes) -> UpstreamError:
     except DECODE_ERRORS:
         error = UNSET
     if error is UNSET or error is None:
-        text = body[:300].decode("utf-8", "replace").strip()
-        return status_error(status, text or f"upstream answered HTTP {status}")
+        return excerpt_error(status, body)
     return status_error(status, error_message(error))
 
 
-class OllamaAdapter:
+class OllamaAdapter(AdapterDefaults):
     """The `ollama` kind: Ollama's native `/api/chat` at `base_url` (localhost:11434 by
     default). A key, when configured, is sent as a bearer token (for a proxy in front)."""
 
     framing = "ndjson"
-    native_unary = True
-    token_source = no_token_source
-    count_tokens = cannot_count_tokens
-    native_apis: frozenset[str] = frozenset()
-    rate_limits: tuple[ResetHeaders, ...] = ()
 
     def __init__(self, provider: OllamaProvider) -> None:
         self._url = effective_base_url(provider) + "/api/chat"

@@ -18,7 +18,12 @@ from msgspec import UNSET
 
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
-from gateway.providers.translate import arguments_object, copy_sampling
+from gateway.providers.translate import (
+    arguments_object,
+    copy_sampling,
+    given,
+    refuse_beyond_one_text_choice,
+)
 from gateway.wire import ollama as o
 from gateway.wire.openai_chat import ChatRequest, Message
 
@@ -129,12 +134,7 @@ def translate_tools(request: ChatRequest) -> list[o.Tool] | None:
 
 def _reject(request: ChatRequest) -> None:
     r = request
-    if r.n is not None and r.n is not UNSET and r.n > 1:
-        raise BadRequest("Ollama answers with one choice only (n must be 1)", param="n")
-    if r.logprobs:
-        raise BadRequest("log probabilities are not available from Ollama", param="logprobs")
-    if r.modalities and "audio" in r.modalities:
-        raise BadRequest("Ollama chat models answer in text only", param="modalities")
+    refuse_beyond_one_text_choice(r, "Ollama")
     if r.audio:
         raise BadRequest("Ollama chat models answer in text only", param="audio")
     if r.logit_bias:
@@ -193,18 +193,12 @@ def build_body(call: UpstreamCall) -> bytes:
     request = call.request
     _reject(request)
     body = o.ChatRequest(
-        model=call.model, messages=translate_messages(request.messages), stream=call.stream
+        model=call.model,
+        messages=translate_messages(request.messages),
+        stream=call.stream,
+        tools=given(translate_tools(request)),
+        options=given(options(request)),
+        format=given(response_format(request.response_format)),
+        think=given(think(request.reasoning_effort)),
     )
-    tools = translate_tools(request)
-    if tools is not None:
-        body.tools = tools
-    opts = options(request)
-    if opts is not None:
-        body.options = opts
-    fmt = response_format(request.response_format)
-    if fmt is not None:
-        body.format = fmt
-    thinking = think(request.reasoning_effort)
-    if thinking is not None:
-        body.think = thinking
     return o.encoder.encode(body)

@@ -19,14 +19,14 @@ from gateway.config_base import effective_base_url
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
 from gateway.framing.sse import SSEEvent
 from gateway.providers.base import (
+    AdapterDefaults,
     ResetHeaders,
     StreamTranslator,
     Translated,
     UnaryResult,
     UpstreamCall,
     UpstreamRequest,
-    cannot_count_tokens,
-    no_token_source,
+    excerpt_error,
     status_error,
 )
 from gateway.providers.openai.config import OpenAIProvider
@@ -122,8 +122,7 @@ def error_from_body(status: int, body: bytes) -> UpstreamError:
     try:
         detail = error_body_decoder.decode(body).error
     except DECODE_ERRORS:
-        text = body[:300].decode("utf-8", "replace").strip()
-        return status_error(status, text or f"upstream answered HTTP {status}")
+        return excerpt_error(status, body)
     return status_error(
         status, detail.message, type=detail.type, code=detail.code, param=detail.param
     )
@@ -163,14 +162,9 @@ def with_tool_calls_finish(body: bytes) -> bytes:
     return encoder.encode(completion)
 
 
-class OpenAIAdapter:
+class OpenAIAdapter(AdapterDefaults):
     """Chat Completions against `base_url` (`https://api.openai.com/v1` by default)."""
 
-    framing = "sse"
-    native_unary = True
-    token_source = no_token_source
-    count_tokens = cannot_count_tokens
-    native_apis: frozenset[str] = frozenset()
     rate_limits = (RATE_LIMITS,)
 
     def __init__(self, provider: OpenAIProvider) -> None:
