@@ -7,25 +7,33 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway.accounting.service import ACCOUNTING, Accounting
+from gateway.accounting.service import ACCOUNTING
+from gateway.accounting.service import Accounting
 from gateway.config import Config
 from gateway.observability.access import access_log_flusher
-from gateway.observability.metrics import GatewayMetrics, model_names
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.metrics import model_names
 from gateway.providers.registry import make_adapter
 from gateway.routing.router import Router
 from gateway.routing.sync import health_sync
 from gateway.server.admin_health import admin_health
 from gateway.server.admin_keys import add_admin_routes
-from gateway.server.chat import chat_completions, list_models
+from gateway.server.chat import chat_completions
+from gateway.server.chat import list_models
 from gateway.server.count_tokens import count_tokens
 from gateway.server.embeddings import embeddings
-from gateway.server.errors import ERROR_SHAPES, gateway_middleware
-from gateway.server.health import healthz, readyz
-from gateway.server.limits import SLOTS, StreamSlots
-from gateway.server.messages import messages, render_error
+from gateway.server.errors import ERROR_SHAPES
+from gateway.server.errors import gateway_middleware
+from gateway.server.health import healthz
+from gateway.server.health import readyz
+from gateway.server.limits import SLOTS
+from gateway.server.limits import StreamSlots
+from gateway.server.messages import messages
+from gateway.server.messages import render_error
 from gateway.server.metrics_route import metrics
 from gateway.server.responses import create_response
-from gateway.server.state import STATE, GatewayState
+from gateway.server.state import STATE
+from gateway.server.state import GatewayState
 from gateway.store.ledger import make_ledger
 
 log = logging.getLogger("gateway")

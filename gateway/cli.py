@@ -11,8 +11,13 @@ from collections.abc import Sequence
 
 import msgspec
 
-from gateway.accounting.keys_cli import add_keys_parser, run_keys
-from gateway.config import Config, ConfigError, check_config, default_config, load_config
+from gateway.accounting.keys_cli import add_keys_parser
+from gateway.accounting.keys_cli import run_keys
+from gateway.config import Config
+from gateway.config import ConfigError
+from gateway.config import check_config
+from gateway.config import default_config
+from gateway.config import load_config
 from gateway.providers.registry import supported_kinds
 from gateway.store.kv import store_problem
 
@@ -89,7 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("\n".join(exc.problems), file=sys.stderr)
             return 2
         return run_keys(args, config, sys.stdout, sys.stderr)
-    from gateway.server.runner import LOG_FORMAT, serve
+    from gateway.server.runner import LOG_FORMAT
+    from gateway.server.runner import serve
 
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:

@@ -14,11 +14,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any
+from typing import Literal
+from typing import TextIO
 
 import msgspec
 
-from gateway import config_check, config_parse
+from gateway import config_check
+from gateway import config_parse
 
 # re-exported: the rest of the gateway reads these names from here
 from gateway.config_base import ProviderBase as ProviderBase

@@ -12,12 +12,14 @@ This module imports nothing from the rest of the gateway but `config_parse`'s pa
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
+from collections.abc import Mapping
 from typing import ClassVar
 
 import msgspec
 
-from gateway.config_parse import Path, Problem
+from gateway.config_parse import Path
+from gateway.config_parse import Problem
 
 
 class Secret:

@@ -12,24 +12,27 @@ the provider registry (and `config` for types).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Set
+from collections.abc import Iterator
+from collections.abc import Mapping
+from collections.abc import Set
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import msgspec
 
-from gateway.config_base import ProviderBase, Secret
-from gateway.config_parse import Path, Problem, is_bad
+from gateway.config_base import ProviderBase
+from gateway.config_base import Secret
+from gateway.config_parse import Path
+from gateway.config_parse import Problem
+from gateway.config_parse import is_bad
 from gateway.providers.registry import kinds_speaking
 
 if TYPE_CHECKING:
-    from gateway.config import (
-        Config,
-        ModelConfig,
-        ProviderConfig,
-        StoreConfig,
-        VirtualKeyConfig,
-    )
+    from gateway.config import Config
+    from gateway.config import ModelConfig
+    from gateway.config import ProviderConfig
+    from gateway.config import StoreConfig
+    from gateway.config import VirtualKeyConfig
     from gateway.config_base import ProviderKey
 
 _STORE_FORMS = "memory://, sqlite:///PATH, redis://HOST:PORT/DB or rediss://HOST:PORT/DB"

@@ -21,7 +21,10 @@ import re
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Final, Literal, NamedTuple
+from typing import Any
+from typing import Final
+from typing import Literal
+from typing import NamedTuple
 
 import msgspec
 import yaml

@@ -13,15 +13,19 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from datetime import UTC, datetime
-from typing import Any, Literal
+from datetime import UTC
+from datetime import datetime
+from typing import Any
+from typing import Literal
 
 import msgspec
 
-from gateway.accounting.prices import nanos_of_usd, usd
+from gateway.accounting.prices import nanos_of_usd
+from gateway.accounting.prices import usd
 from gateway.config import VirtualKeyConfig
 from gateway.errors import BadRequest
-from gateway.store.ledger import KeyRecord, Period
+from gateway.store.ledger import KeyRecord
+from gateway.store.ledger import Period
 
 SECRET_PREFIX = "sk-gw-"
 STATIC_ID_PREFIX = "cfg-"

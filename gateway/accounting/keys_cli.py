@@ -10,11 +10,15 @@ import argparse
 import asyncio
 import json
 import time
-from typing import Any, TextIO
+from typing import Any
+from typing import TextIO
 
 import msgspec
 
-from gateway.accounting.keys import NewKey, key_view, make_key, static_keys
+from gateway.accounting.keys import NewKey
+from gateway.accounting.keys import key_view
+from gateway.accounting.keys import make_key
+from gateway.accounting.keys import static_keys
 from gateway.config import Config
 from gateway.errors import GatewayError
 from gateway.store.kv import StoreError

@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
-from decimal import ROUND_HALF_UP, Decimal
+from dataclasses import dataclass
+from dataclasses import field
+from decimal import ROUND_HALF_UP
+from decimal import Decimal
 from importlib import resources
 from typing import Any
 
 from gateway.config import Price
 from gateway.providers.registry import spec_of
-from gateway.wire.openai_chat import UNSET, Usage
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import Usage
 
 NANOS_PER_USD = 10**9
 # USD per Mtok == microdollars per token == 1000 nanodollars per token

@@ -18,17 +18,30 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Literal
+from typing import NamedTuple
 
 from aiohttp import web
 
-from gateway.accounting.keys import budget_windows, hash_secret, static_keys
-from gateway.accounting.prices import ModelPrice, PriceTable, cost_nanos, most_cost_nanos
-from gateway.config import Config, ProviderConfig
-from gateway.errors import AuthenticationFailed, PermissionDenied, RateLimited
+from gateway.accounting.keys import budget_windows
+from gateway.accounting.keys import hash_secret
+from gateway.accounting.keys import static_keys
+from gateway.accounting.prices import ModelPrice
+from gateway.accounting.prices import PriceTable
+from gateway.accounting.prices import cost_nanos
+from gateway.accounting.prices import most_cost_nanos
+from gateway.config import Config
+from gateway.config import ProviderConfig
+from gateway.errors import AuthenticationFailed
+from gateway.errors import PermissionDenied
+from gateway.errors import RateLimited
 from gateway.store.kv import StoreError
-from gateway.store.ledger import Admission, Charge, KeyRecord, Ledger
+from gateway.store.ledger import Admission
+from gateway.store.ledger import Charge
+from gateway.store.ledger import KeyRecord
+from gateway.store.ledger import Ledger
 from gateway.wire.openai_chat import Usage
 
 log = logging.getLogger("gateway.accounting")

@@ -9,7 +9,8 @@ from it is marked estimated.
 from __future__ import annotations
 
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.wire.openai_chat import ChatRequest, Usage
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import Usage
 
 CHARS_PER_TOKEN = 4
 # What a reservation assumes a request without max_tokens / max_completion_tokens (or

@@ -9,7 +9,8 @@ side is `translator.py`. Sans-IO.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
+from typing import NamedTuple
 
 import msgspec
 from msgspec import UNSET
@@ -17,7 +18,9 @@ from msgspec.structs import replace
 
 from gateway.errors import BadRequest
 from gateway.wire import DECODE_ERRORS
-from gateway.wire.openai_chat import ChatRequest, Message, ToolCall
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import Message
+from gateway.wire.openai_chat import ToolCall
 
 ENVELOPE_EXAMPLE = '{"tool_calls": [{"name": "<tool name>", "arguments": {<arguments>}}]}'
 _TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls", "functions", "function_call")

@@ -14,10 +14,17 @@ from typing import Any
 from msgspec import UNSET
 from msgspec.structs import replace
 
-from gateway.emulation.envelope import EmulatedCall, EnvelopeScanner, Piece
+from gateway.emulation.envelope import EmulatedCall
+from gateway.emulation.envelope import EnvelopeScanner
+from gateway.emulation.envelope import Piece
 from gateway.emulation.request import ToolEmulation
-from gateway.providers.base import StreamTranslator, Translated
-from gateway.wire.openai_chat import ChatChunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta
+from gateway.providers.base import StreamTranslator
+from gateway.providers.base import Translated
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ChunkChoice
+from gateway.wire.openai_chat import Delta
+from gateway.wire.openai_chat import FunctionDelta
+from gateway.wire.openai_chat import ToolCallDelta
 
 
 class EmulatedToolCalls:

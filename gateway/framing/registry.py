@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
+from typing import Protocol
 
 from gateway.errors import InternalError
 from gateway.framing.aws_eventstream import EventStreamDecoder

@@ -18,7 +18,9 @@ A request with no content parts costs one type check per message.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Protocol
 
 from gateway.errors import BadRequest
 

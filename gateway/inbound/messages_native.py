@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import msgspec
 
-from gateway.framing.sse import SSEEvent, encode_event
+from gateway.framing.sse import SSEEvent
+from gateway.framing.sse import encode_event
 from gateway.wire import DECODE_ERRORS
 
 

@@ -20,26 +20,31 @@ say so itself.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
-from gateway.errors import GatewayError, InternalError, UpstreamProtocolError
+from gateway.errors import GatewayError
+from gateway.errors import InternalError
+from gateway.errors import UpstreamProtocolError
 from gateway.framing.sse import SSEEvent
 from gateway.inbound.messages_native import NativeEvents
-from gateway.providers.base import UnaryResult, UpstreamCall
+from gateway.providers.base import UnaryResult
+from gateway.providers.base import UpstreamCall
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire import DECODE_ERRORS
-from gateway.wire.anthropic import MessageStart, OutMessage, OutUsage, encoder
-from gateway.wire.openai_chat import (
-    UNSET,
-    ChatChunk,
-    ChatCompletion,
-    ResponseMessage,
-    ToolCallDelta,
-    Usage,
-)
+from gateway.wire.anthropic import MessageStart
+from gateway.wire.anthropic import OutMessage
+from gateway.wire.anthropic import OutUsage
+from gateway.wire.anthropic import encoder
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ChatCompletion
+from gateway.wire.openai_chat import ResponseMessage
+from gateway.wire.openai_chat import ToolCallDelta
+from gateway.wire.openai_chat import Usage
 
 KEEPALIVE = b'event: ping\ndata: {"type": "ping"}\n\n'
 STOP_REASONS = {

@@ -18,13 +18,19 @@ The shapes worth knowing:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
+from typing import NamedTuple
 
 import msgspec
 
 from gateway.errors import BadRequest
-from gateway.wire.anthropic import CacheControlledTool, InboundMessage, InboundRequest
-from gateway.wire.openai_chat import UNSET, ChatRequest, FunctionDefinition, Tool
+from gateway.wire.anthropic import CacheControlledTool
+from gateway.wire.anthropic import InboundMessage
+from gateway.wire.anthropic import InboundRequest
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import FunctionDefinition
+from gateway.wire.openai_chat import Tool
 
 MIN_THINKING_BUDGET = 1024  # Anthropic's own lower bound
 # budget_tokens below each bound -> that effort; at or past the last one -> "high"

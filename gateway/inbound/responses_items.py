@@ -3,15 +3,13 @@ finished `OutputItem` each becomes. Sans-IO."""
 
 from __future__ import annotations
 
-from gateway.inbound.responses_events import (
-    FunctionCallItem,
-    MessageItem,
-    OutputItem,
-    OutputText,
-    ReasoningItem,
-    ReasoningText,
-    RefusalPart,
-)
+from gateway.inbound.responses_events import FunctionCallItem
+from gateway.inbound.responses_events import MessageItem
+from gateway.inbound.responses_events import OutputItem
+from gateway.inbound.responses_events import OutputText
+from gateway.inbound.responses_events import ReasoningItem
+from gateway.inbound.responses_events import ReasoningText
+from gateway.inbound.responses_events import RefusalPart
 
 
 class OpenItem:

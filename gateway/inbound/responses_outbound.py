@@ -20,46 +20,51 @@ end: a client that continues at once finds its response stored.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from typing import Any
 
 from msgspec import UNSET
 from msgspec.structs import replace
 
-from gateway.errors import GatewayError, UpstreamProtocolError
-from gateway.framing.sse import SSEEvent, encode_comment, encode_event
-from gateway.inbound.responses_events import (
-    ArgumentsDeltaEvent,
-    ArgumentsDoneEvent,
-    DeltaEvent,
-    Event,
-    FunctionCallItem,
-    ItemEvent,
-    LifecycleEvent,
-    OutputItem,
-    PartEvent,
-    RefusalDoneEvent,
-    ResponseError,
-    ResponseObject,
-    TextDoneEvent,
-    encoder,
-    part_of,
-    response_usage,
-    sse,
-)
-from gateway.inbound.responses_items import OpenItem, item_of
-from gateway.inbound.responses_result import (
-    Finished,
-    completion_decoder,
-    finished_of,
-    output_of,
-    response_json,
-    status_of,
-    upstream_response,
-)
-from gateway.providers.base import UnaryResult, UpstreamCall
+from gateway.errors import GatewayError
+from gateway.errors import UpstreamProtocolError
+from gateway.framing.sse import SSEEvent
+from gateway.framing.sse import encode_comment
+from gateway.framing.sse import encode_event
+from gateway.inbound.responses_events import ArgumentsDeltaEvent
+from gateway.inbound.responses_events import ArgumentsDoneEvent
+from gateway.inbound.responses_events import DeltaEvent
+from gateway.inbound.responses_events import Event
+from gateway.inbound.responses_events import FunctionCallItem
+from gateway.inbound.responses_events import ItemEvent
+from gateway.inbound.responses_events import LifecycleEvent
+from gateway.inbound.responses_events import OutputItem
+from gateway.inbound.responses_events import PartEvent
+from gateway.inbound.responses_events import RefusalDoneEvent
+from gateway.inbound.responses_events import ResponseError
+from gateway.inbound.responses_events import ResponseObject
+from gateway.inbound.responses_events import TextDoneEvent
+from gateway.inbound.responses_events import encoder
+from gateway.inbound.responses_events import part_of
+from gateway.inbound.responses_events import response_usage
+from gateway.inbound.responses_events import sse
+from gateway.inbound.responses_items import OpenItem
+from gateway.inbound.responses_items import item_of
+from gateway.inbound.responses_result import Finished
+from gateway.inbound.responses_result import completion_decoder
+from gateway.inbound.responses_result import finished_of
+from gateway.inbound.responses_result import output_of
+from gateway.inbound.responses_result import response_json
+from gateway.inbound.responses_result import status_of
+from gateway.inbound.responses_result import upstream_response
+from gateway.providers.base import UnaryResult
+from gateway.providers.base import UpstreamCall
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.wire.openai_chat import ChatChunk, ResponseMessage, ToolCallDelta, Usage
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ResponseMessage
+from gateway.wire.openai_chat import ToolCallDelta
+from gateway.wire.openai_chat import Usage
 
 KEEPALIVE = encode_comment("keep-alive")
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})

@@ -10,19 +10,18 @@ from typing import Any
 import msgspec
 
 from gateway.errors import UpstreamProtocolError
-from gateway.inbound.responses_events import (
-    FunctionCallItem,
-    IncompleteDetails,
-    MessageItem,
-    OutputItem,
-    OutputText,
-    ReasoningItem,
-    ReasoningText,
-    RefusalPart,
-    ResponseObject,
-)
+from gateway.inbound.responses_events import FunctionCallItem
+from gateway.inbound.responses_events import IncompleteDetails
+from gateway.inbound.responses_events import MessageItem
+from gateway.inbound.responses_events import OutputItem
+from gateway.inbound.responses_events import OutputText
+from gateway.inbound.responses_events import ReasoningItem
+from gateway.inbound.responses_events import ReasoningText
+from gateway.inbound.responses_events import RefusalPart
+from gateway.inbound.responses_events import ResponseObject
 from gateway.wire import DECODE_ERRORS
-from gateway.wire.openai_chat import ChatCompletion, ResponseMessage
+from gateway.wire.openai_chat import ChatCompletion
+from gateway.wire.openai_chat import ResponseMessage
 
 INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 completion_decoder = msgspec.json.Decoder(ChatCompletion)

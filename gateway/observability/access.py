@@ -24,15 +24,17 @@ from collections.abc import AsyncIterator
 import msgspec
 from aiohttp import web
 
-from gateway.errors import ClientError, GatewayError, NoUpstreamAvailable
-from gateway.observability.logs import (
-    ACCESS_FLUSH_S,
-    ACCESS_LOGGER,
-    flush_access_log,
-    iso_time,
-    log_access_line,
-)
-from gateway.observability.metrics import NO_PROVIDER, OTHER_ROUTE, GatewayMetrics
+from gateway.errors import ClientError
+from gateway.errors import GatewayError
+from gateway.errors import NoUpstreamAvailable
+from gateway.observability.logs import ACCESS_FLUSH_S
+from gateway.observability.logs import ACCESS_LOGGER
+from gateway.observability.logs import flush_access_log
+from gateway.observability.logs import iso_time
+from gateway.observability.logs import log_access_line
+from gateway.observability.metrics import NO_PROVIDER
+from gateway.observability.metrics import OTHER_ROUTE
+from gateway.observability.metrics import GatewayMetrics
 
 UNOBSERVED = frozenset({"/metrics", "/healthz", "/readyz"})
 CLIENT_CLOSED = 499  # nginx's word for a client that left before its answer

@@ -33,7 +33,9 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from gateway.config import Config, LoggingConfig, Secret
+from gateway.config import Config
+from gateway.config import LoggingConfig
+from gateway.config import Secret
 
 ACCESS_LOGGER = "gateway.access"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s[{pid}]: %(message)s"

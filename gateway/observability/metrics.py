@@ -13,7 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from gateway.config import Config
-from gateway.observability.registry import Counter, Gauge, Histogram, Registry
+from gateway.observability.registry import Counter
+from gateway.observability.registry import Gauge
+from gateway.observability.registry import Histogram
+from gateway.observability.registry import Registry
 
 OTHER_MODEL = "other"  # the `model` label of names that are not configured models
 NO_PROVIDER = "none"  # the `provider` label of a request no upstream was asked for

@@ -22,14 +22,12 @@ from typing import Literal
 
 import msgspec
 
-from gateway.observability.segments import (
-    Segment,
-    Values,
-    merge_into,
-    parse,
-    read_dir,
-    segment_path,
-)
+from gateway.observability.segments import Segment
+from gateway.observability.segments import Values
+from gateway.observability.segments import merge_into
+from gateway.observability.segments import parse
+from gateway.observability.segments import read_dir
+from gateway.observability.segments import segment_path
 
 Kind = Literal["counter", "gauge", "histogram"]
 _key_encoder = msgspec.json.Encoder()

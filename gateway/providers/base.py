@@ -8,21 +8,27 @@ not import asyncio or aiohttp.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, Literal, Protocol, TypeVar
-from urllib.parse import quote, unquote
+from collections.abc import Callable
+from collections.abc import Mapping
+from typing import Any
+from typing import Literal
+from typing import Protocol
+from typing import TypeVar
+from urllib.parse import quote
+from urllib.parse import unquote
 
 import msgspec
 
-from gateway.config_base import ProviderBase, ProviderKey
-from gateway.errors import (
-    BadRequest,
-    GatewayError,
-    UpstreamError,
-    UpstreamProtocolError,
-    UpstreamStatusError,
-)
-from gateway.wire.openai_chat import ChatChunk, ChatRequest, Usage
+from gateway.config_base import ProviderBase
+from gateway.config_base import ProviderKey
+from gateway.errors import BadRequest
+from gateway.errors import GatewayError
+from gateway.errors import UpstreamError
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamStatusError
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import Usage
 
 
 class NativeRequest(msgspec.Struct, frozen=True):

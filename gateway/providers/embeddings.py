@@ -11,22 +11,25 @@ from __future__ import annotations
 import base64
 import math
 import struct
+from collections.abc import Callable
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
+from typing import Protocol
 
 import msgspec
 
-from gateway.config_base import ProviderBase, ProviderKey
-from gateway.errors import BadRequest, UpstreamProtocolError
-from gateway.providers.base import TokenSource, UpstreamRequest
+from gateway.config_base import ProviderBase
+from gateway.config_base import ProviderKey
+from gateway.errors import BadRequest
+from gateway.errors import UpstreamProtocolError
+from gateway.providers.base import TokenSource
+from gateway.providers.base import UpstreamRequest
 from gateway.wire import DECODE_ERRORS
-from gateway.wire.openai_embeddings import (
-    Embedding,
-    EmbeddingsResponse,
-    EmbeddingsUsage,
-    encoder,
-)
+from gateway.wire.openai_embeddings import Embedding
+from gateway.wire.openai_embeddings import EmbeddingsResponse
+from gateway.wire.openai_embeddings import EmbeddingsUsage
+from gateway.wire.openai_embeddings import encoder
 
 MAX_INPUTS = 2048  # OpenAI's own limit per request
 CHARS_PER_TOKEN = 4  # the estimate used where an upstream reports no token count
@@ -155,6 +158,27 @@ def no_dimensions(call: EmbeddingsCall, what: str) -> None:
 def batches(count: int, size: int) -> list[tuple[int, int]]:
     """(start, count) of consecutive slices of at most `size` items covering `count` items."""
     return [(start, min(size, count - start)) for start in range(0, count, size)]
+
+
+def batched_parts(
+    texts: list[str],
+    size: int,
+    url: str,
+    headers: dict[str, str],
+    body_of: Callable[[list[str]], bytes],
+) -> list[Part]:
+    """One upstream request per batch of at most `size` texts, each `body_of(batch)` sent to
+    `url` with `headers`."""
+    return [
+        Part(
+            request=UpstreamRequest(
+                url=url, headers=dict(headers), body=body_of(texts[start : start + count])
+            ),
+            start=start,
+            count=count,
+        )
+        for start, count in batches(len(texts), size)
+    ]
 
 
 def estimate_tokens(texts: list[str]) -> int:

@@ -13,11 +13,14 @@ import importlib
 import pkgutil
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Union
 
 import gateway.providers
 from gateway.config_base import ProviderBase
-from gateway.errors import BadRequest, InternalError
+from gateway.errors import BadRequest
+from gateway.errors import InternalError
 from gateway.providers.base import ProviderAdapter
 from gateway.providers.embeddings import EmbeddingsProvider
 from gateway.providers.spec import ProviderSpec

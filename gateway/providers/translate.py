@@ -25,32 +25,34 @@ index the client sees: the count of calls started in the stream, kept in one pla
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable
+from collections.abc import Mapping
+from typing import Any
+from typing import TypeVar
 
 import msgspec
 from msgspec import UnsetType
 
-from gateway.errors import BadRequest, UpstreamProtocolError
-from gateway.providers.base import Translated, UpstreamCall
+from gateway.errors import BadRequest
+from gateway.errors import UpstreamProtocolError
+from gateway.providers.base import Translated
+from gateway.providers.base import UpstreamCall
 from gateway.wire import DECODE_ERRORS
-from gateway.wire.openai_chat import (
-    UNSET,
-    ChatChunk,
-    ChatCompletion,
-    ChatRequest,
-    Choice,
-    ChunkChoice,
-    Delta,
-    FunctionDefinition,
-    FunctionDelta,
-    Message,
-    ResponseMessage,
-    Tool,
-    ToolCall,
-    ToolCallDelta,
-    Usage,
-)
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ChatCompletion
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import Choice
+from gateway.wire.openai_chat import ChunkChoice
+from gateway.wire.openai_chat import Delta
+from gateway.wire.openai_chat import FunctionDefinition
+from gateway.wire.openai_chat import FunctionDelta
+from gateway.wire.openai_chat import Message
+from gateway.wire.openai_chat import ResponseMessage
+from gateway.wire.openai_chat import Tool
+from gateway.wire.openai_chat import ToolCall
+from gateway.wire.openai_chat import ToolCallDelta
+from gateway.wire.openai_chat import Usage
 
 STOP_REASONS: Mapping[str, str] = {
     "end_turn": "stop",
@@ -346,3 +348,41 @@ def decoded_event(decoder: msgspec.json.Decoder[T], data: bytes, what: str = "ev
         return decoder.decode(data)
     except DECODE_ERRORS as exc:
         raise UpstreamProtocolError(f"upstream sent a malformed {what}: {exc}") from None
+
+
+B = TypeVar("B")
+
+
+def content_blocks(
+    content: Any,
+    param: str,
+    provider: str,
+    text: Callable[[str], B],
+    image: Callable[[Any, str], B] | None = None,
+) -> list[tuple[B, dict[str, Any]]]:
+    """A message's content as blocks of a provider that takes text (and, given `image`,
+    image_url) parts: each block with the part it came from (empty texts dropped, any
+    other part type a 400 naming it). A string is one text block."""
+    if content is UNSET or content is None:
+        return []
+    if isinstance(content, str):
+        return [(text(content), {})] if content else []
+    out: list[tuple[B, dict[str, Any]]] = []
+    for j, part in enumerate(content):
+        kind = part.get("type")
+        if kind in ("text", "refusal"):
+            value = part.get(kind)
+            if not isinstance(value, str):
+                raise BadRequest(f"a {kind} part needs a string {kind!r}", param=f"{param}[{j}]")
+            if value:
+                out.append((text(value), part))
+        elif kind == "image_url" and image is not None:
+            url = part.get("image_url")
+            url = url.get("url") if isinstance(url, dict) else url
+            out.append((image(url, f"{param}[{j}].image_url"), part))
+        else:
+            raise BadRequest(
+                f"content part type {kind!r} is not supported by the {provider} provider",
+                param=f"{param}[{j}].type",
+            )
+    return out

@@ -17,7 +17,8 @@ import random
 from collections.abc import Sequence
 from typing import TypeVar
 
-from gateway.errors import NoUpstreamAvailable, UpstreamsRateLimited
+from gateway.errors import NoUpstreamAvailable
+from gateway.errors import UpstreamsRateLimited
 from gateway.routing.health import KeyHealth
 
 T = TypeVar("T")

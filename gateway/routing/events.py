@@ -9,10 +9,14 @@ fingerprint, never by its secret.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gateway.observability.metrics import GatewayMetrics
-from gateway.routing.health import AUTH_FAILED, CIRCUIT_OPEN, RECOVERED, KeyHealth
+from gateway.routing.health import AUTH_FAILED
+from gateway.routing.health import CIRCUIT_OPEN
+from gateway.routing.health import RECOVERED
+from gateway.routing.health import KeyHealth
 
 if TYPE_CHECKING:
     from gateway.observability.metrics import Counter

@@ -19,19 +19,24 @@ import time
 
 import msgspec
 
-from gateway.config import Config, ProviderConfig, ProviderKey, Target
-from gateway.errors import BadRequest, UnknownModel
+from gateway.config import Config
+from gateway.config import ProviderConfig
+from gateway.config import ProviderKey
+from gateway.config import Target
+from gateway.errors import BadRequest
+from gateway.errors import UnknownModel
 from gateway.observability.metrics import GatewayMetrics
-from gateway.providers.base import ProviderAdapter, has_dot_segment
-from gateway.routing.balancer import (
-    key_score,
-    strategy_order,
-    unavailable,
-    weighted_order,
-)
+from gateway.providers.base import ProviderAdapter
+from gateway.providers.base import has_dot_segment
+from gateway.routing.balancer import key_score
+from gateway.routing.balancer import strategy_order
+from gateway.routing.balancer import unavailable
+from gateway.routing.balancer import weighted_order
 from gateway.routing.events import HealthEvents
-from gateway.routing.health import HealthPolicy, KeyHealth
-from gateway.wire.openai_chat import ModelCard, ModelList
+from gateway.routing.health import HealthPolicy
+from gateway.routing.health import KeyHealth
+from gateway.wire.openai_chat import ModelCard
+from gateway.wire.openai_chat import ModelList
 
 __all__ = ["Attempt", "KeySlot", "Router", "fingerprint", "weighted_order"]
 

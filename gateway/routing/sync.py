@@ -21,14 +21,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Callable
 
 import msgspec
 from aiohttp import web
 
-from gateway.routing.health import RATE_LIMITED, RECOVERED, KeyHealth
+from gateway.routing.health import RATE_LIMITED
+from gateway.routing.health import RECOVERED
+from gateway.routing.health import KeyHealth
 from gateway.routing.router import Router
-from gateway.store.kv import KeyValueStore, StoreError
+from gateway.store.kv import KeyValueStore
+from gateway.store.kv import StoreError
 
 log = logging.getLogger("gateway.routing")
 PULL_INTERVAL_S = 0.5

@@ -19,13 +19,20 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.accounting.keys import NewKey, budget_windows, key_view, make_key
+from gateway.accounting.keys import NewKey
+from gateway.accounting.keys import budget_windows
+from gateway.accounting.keys import key_view
+from gateway.accounting.keys import make_key
 from gateway.accounting.prices import usd
-from gateway.accounting.service import ACCOUNTING, Accounting
-from gateway.errors import ClientError, NotFound
+from gateway.accounting.service import ACCOUNTING
+from gateway.accounting.service import Accounting
+from gateway.errors import ClientError
+from gateway.errors import NotFound
 from gateway.server.auth import authorize_admin
-from gateway.server.request_body import read_json_object, typed
-from gateway.store.ledger import KeyRecord, SpendRow
+from gateway.server.request_body import read_json_object
+from gateway.server.request_body import typed
+from gateway.store.ledger import KeyRecord
+from gateway.store.ledger import SpendRow
 
 
 class StaticKeyConflict(ClientError):

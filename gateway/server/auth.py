@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.accounting.service import ACCOUNTING, Principal
-from gateway.errors import AuthenticationFailed, PermissionDenied
+from gateway.accounting.service import ACCOUNTING
+from gateway.accounting.service import Principal
+from gateway.errors import AuthenticationFailed
+from gateway.errors import PermissionDenied
 
 PRINCIPAL = web.RequestKey("principal", Principal)
 

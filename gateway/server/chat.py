@@ -7,10 +7,13 @@ from aiohttp import web
 from gateway.accounting.service import ACCOUNTING
 from gateway.errors import BadRequest
 from gateway.server.auth import authenticate
-from gateway.server.inference import refuse_while_draining, serve_chat
-from gateway.server.request_body import read_json_object, typed
+from gateway.server.inference import refuse_while_draining
+from gateway.server.inference import serve_chat
+from gateway.server.request_body import read_json_object
+from gateway.server.request_body import typed
 from gateway.server.state import STATE
-from gateway.wire.openai_chat import ChatRequest, encoder
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import encoder
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:

@@ -23,13 +23,18 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
-from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_exceptions import LineTooLong
+from aiohttp.streams import EMPTY_PAYLOAD
+from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from gateway.config import LimitsConfig, ServerConfig
-from gateway.errors import BadRequest, GatewayError, RequestTimeout
+from gateway.config import LimitsConfig
+from gateway.config import ServerConfig
+from gateway.errors import BadRequest
+from gateway.errors import GatewayError
+from gateway.errors import RequestTimeout
 from gateway.server.errors import openai_error
 
 log = logging.getLogger("gateway.server")

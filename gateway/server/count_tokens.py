@@ -19,16 +19,23 @@ from typing import Any
 from aiohttp import web
 
 from gateway.accounting.service import ACCOUNTING
-from gateway.errors import GatewayError, NoUpstreamAvailable, UpstreamTimeout
+from gateway.errors import GatewayError
+from gateway.errors import NoUpstreamAvailable
+from gateway.errors import UpstreamTimeout
 from gateway.inbound.client_urls import check_request as check_client_urls
 from gateway.inbound.messages_request import translate_request
-from gateway.providers.base import NativeRequest, TokenSource, UpstreamCall
+from gateway.providers.base import NativeRequest
+from gateway.providers.base import TokenSource
+from gateway.providers.base import UpstreamCall
 from gateway.routing.router import Attempt
 from gateway.server.auth import PRINCIPAL
 from gateway.server.inference import prompt_estimate
 from gateway.server.limits import SLOTS
-from gateway.server.messages import NATIVE_API, read_messages_body
-from gateway.server.state import REQUEST_ID, STATE, GatewayState
+from gateway.server.messages import NATIVE_API
+from gateway.server.messages import read_messages_body
+from gateway.server.state import REQUEST_ID
+from gateway.server.state import STATE
+from gateway.server.state import GatewayState
 from gateway.upstream.attempts import Ended
 from gateway.upstream.transport import fetch_all
 from gateway.wire.openai_chat import ChatRequest

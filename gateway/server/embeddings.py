@@ -21,7 +21,8 @@ first upstream request, settled with the upstream's token count at the input pri
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from time import perf_counter
 from typing import Any
 
@@ -29,44 +30,46 @@ from aiohttp import web
 from msgspec import UNSET
 
 from gateway.accounting.prices import usd_text
-from gateway.accounting.service import ACCOUNTING, Accounting, Principal, Target
-from gateway.errors import (
-    BadRequest,
-    GatewayError,
-    NoUpstreamAvailable,
-    UpstreamError,
-    UpstreamTimeout,
-)
+from gateway.accounting.service import ACCOUNTING
+from gateway.accounting.service import Accounting
+from gateway.accounting.service import Principal
+from gateway.accounting.service import Target
+from gateway.errors import BadRequest
+from gateway.errors import GatewayError
+from gateway.errors import NoUpstreamAvailable
+from gateway.errors import UpstreamError
+from gateway.errors import UpstreamTimeout
 from gateway.observability.access import RECORD
 from gateway.providers.base import TokenSource
-from gateway.providers.embeddings import (
-    EmbeddingsCall,
-    EmbeddingsProvider,
-    Inputs,
-    Part,
-    PartResult,
-    merge,
-    parse_input,
-    render,
-    texts_of,
-)
+from gateway.providers.embeddings import EmbeddingsCall
+from gateway.providers.embeddings import EmbeddingsProvider
+from gateway.providers.embeddings import Inputs
+from gateway.providers.embeddings import Part
+from gateway.providers.embeddings import PartResult
+from gateway.providers.embeddings import merge
+from gateway.providers.embeddings import parse_input
+from gateway.providers.embeddings import render
+from gateway.providers.embeddings import texts_of
 from gateway.providers.registry import embeddings_provider
 from gateway.routing.router import Attempt
 from gateway.server.auth import authenticate
-from gateway.server.inference import (
-    COST_HEADER,
-    key_name,
-    prompt_estimate,
-    record_usage,
-    refuse_while_draining,
-)
+from gateway.server.inference import COST_HEADER
+from gateway.server.inference import key_name
+from gateway.server.inference import prompt_estimate
+from gateway.server.inference import record_usage
+from gateway.server.inference import refuse_while_draining
 from gateway.server.limits import SLOTS
-from gateway.server.request_body import read_json_object, typed
-from gateway.server.state import REQUEST_ID, STATE, GatewayState
-from gateway.upstream.attempts import AttemptRunner, Ended
+from gateway.server.request_body import read_json_object
+from gateway.server.request_body import typed
+from gateway.server.state import REQUEST_ID
+from gateway.server.state import STATE
+from gateway.server.state import GatewayState
+from gateway.upstream.attempts import AttemptRunner
+from gateway.upstream.attempts import Ended
 from gateway.upstream.transport import fetch_all
 from gateway.wire.openai_chat import Usage
-from gateway.wire.openai_embeddings import EmbeddingsRequest, EmbeddingsUsage
+from gateway.wire.openai_embeddings import EmbeddingsRequest
+from gateway.wire.openai_embeddings import EmbeddingsUsage
 
 PARALLEL_PARTS = 8
 

@@ -17,30 +17,29 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Mapping
 from time import perf_counter
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from gateway.errors import (
-    BodyTooLarge,
-    GatewayError,
-    InternalError,
-    MethodNotAllowed,
-    NotFound,
-    StoreUnanswered,
-)
-from gateway.observability.access import (
-    RECORD,
-    UNOBSERVED,
-    RequestRecord,
-    finish,
-    observe_failure,
-    route_of,
-)
+from gateway.errors import BodyTooLarge
+from gateway.errors import GatewayError
+from gateway.errors import InternalError
+from gateway.errors import MethodNotAllowed
+from gateway.errors import NotFound
+from gateway.errors import StoreUnanswered
+from gateway.observability.access import RECORD
+from gateway.observability.access import UNOBSERVED
+from gateway.observability.access import RequestRecord
+from gateway.observability.access import finish
+from gateway.observability.access import observe_failure
+from gateway.observability.access import route_of
 from gateway.observability.metrics import GatewayMetrics
-from gateway.server.state import REQUEST_ID, STATE
+from gateway.server.state import REQUEST_ID
+from gateway.server.state import STATE
 from gateway.store.kv import StoreError
 from gateway.stream.chat_outbound import error_body
 from gateway.wire.openai_chat import encoder

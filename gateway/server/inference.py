@@ -19,37 +19,47 @@ plus the actor's time before each upstream request and processing what came back
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
 from aiohttp import web
 
 from gateway.accounting.prices import usd_text
-from gateway.accounting.service import (
-    ACCOUNTING,
-    Accounting,
-    Principal,
-    Settled,
-    Ticket,
-)
-from gateway.accounting.usage import estimated_usage, output_cap, tokens_of_chars
-from gateway.emulation.request import ToolEmulation, emulate_tools
+from gateway.accounting.service import ACCOUNTING
+from gateway.accounting.service import Accounting
+from gateway.accounting.service import Principal
+from gateway.accounting.service import Settled
+from gateway.accounting.service import Ticket
+from gateway.accounting.usage import estimated_usage
+from gateway.accounting.usage import output_cap
+from gateway.accounting.usage import tokens_of_chars
+from gateway.emulation.request import ToolEmulation
+from gateway.emulation.request import emulate_tools
 from gateway.errors import NoUpstreamAvailable
 from gateway.inbound.client_urls import check_request as check_client_urls
-from gateway.observability.access import RECORD, RequestRecord
+from gateway.observability.access import RECORD
+from gateway.observability.access import RequestRecord
 from gateway.observability.metrics import OTHER_ROUTE
 from gateway.providers.base import NativeRequest
 from gateway.routing.router import Attempt
 from gateway.server.auth import PRINCIPAL
-from gateway.server.limits import SLOTS, check_chat
-from gateway.server.request_body import RAW_BODY, body_bytes
-from gateway.server.state import REQUEST_ID, STATE, GatewayState
+from gateway.server.limits import SLOTS
+from gateway.server.limits import check_chat
+from gateway.server.request_body import RAW_BODY
+from gateway.server.request_body import body_bytes
+from gateway.server.state import REQUEST_ID
+from gateway.server.state import STATE
+from gateway.server.state import GatewayState
 from gateway.stream.actor import StreamActor
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.outbound import Outbound
-from gateway.stream.served import ChatJob, StreamOutcome
-from gateway.wire.openai_chat import ChatRequest, PromptTokensDetails, Usage
+from gateway.stream.served import ChatJob
+from gateway.stream.served import StreamOutcome
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import PromptTokensDetails
+from gateway.wire.openai_chat import Usage
 
 COST_HEADER = "x-gateway-cost-usd"
 CLIENT_TOO_SLOW = 408  # how the metrics count a stream ended for a client that did not read

@@ -25,12 +25,10 @@ from aiohttp import web
 
 from gateway.accounting.service import Principal
 from gateway.config import LimitsConfig
-from gateway.errors import (
-    BadRequest,
-    GatewayError,
-    NoUpstreamAvailable,
-    RateLimited,
-)
+from gateway.errors import BadRequest
+from gateway.errors import GatewayError
+from gateway.errors import NoUpstreamAvailable
+from gateway.errors import RateLimited
 from gateway.wire.openai_chat import ChatRequest
 
 log = logging.getLogger("gateway.server")

@@ -23,23 +23,24 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from gateway.errors import (
-    BadRequest,
-    GatewayError,
-    UnknownModel,
-)
-from gateway.inbound.messages_outbound import MessagesOutbound, error_json
-from gateway.inbound.messages_request import (
-    CanonicalRequest,
-    translate_request,
-)
+from gateway.errors import BadRequest
+from gateway.errors import GatewayError
+from gateway.errors import UnknownModel
+from gateway.inbound.messages_outbound import MessagesOutbound
+from gateway.inbound.messages_outbound import error_json
+from gateway.inbound.messages_request import CanonicalRequest
+from gateway.inbound.messages_request import translate_request
 from gateway.providers.base import NativeRequest
 from gateway.providers.registry import forwards_natively
 from gateway.server.auth import authenticate
-from gateway.server.inference import refuse_while_draining, serve_chat
+from gateway.server.inference import refuse_while_draining
+from gateway.server.inference import serve_chat
 from gateway.server.limits import check_messages
-from gateway.server.request_body import read_json_object, typed
-from gateway.server.state import REQUEST_ID, STATE, GatewayState
+from gateway.server.request_body import read_json_object
+from gateway.server.request_body import typed
+from gateway.server.state import REQUEST_ID
+from gateway.server.state import STATE
+from gateway.server.state import GatewayState
 from gateway.wire.anthropic import InboundRequest
 from gateway.wire.openai_chat import ChatRequest
 

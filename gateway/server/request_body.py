@@ -18,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import Any, TypeVar
+from typing import Any
+from typing import TypeVar
 
 import msgspec
 from aiohttp import web
 
-from gateway.errors import BadRequest, RequestTimeout
+from gateway.errors import BadRequest
+from gateway.errors import RequestTimeout
 from gateway.server.connection import GatewayRequestHandler
 
 log = logging.getLogger("gateway.server")

@@ -27,24 +27,25 @@ from gateway.accounting.service import Principal
 from gateway.errors import NotFound
 from gateway.inbound.responses_events import response_template
 from gateway.inbound.responses_outbound import ResponsesOutbound
-from gateway.inbound.responses_request import (
-    ResponsesRequest,
-    StoredResponse,
-    history_for_native,
-    input_items,
-    stored_decoder,
-    stored_encoder,
-    stored_key,
-    to_chat,
-)
+from gateway.inbound.responses_request import ResponsesRequest
+from gateway.inbound.responses_request import StoredResponse
+from gateway.inbound.responses_request import history_for_native
+from gateway.inbound.responses_request import input_items
+from gateway.inbound.responses_request import stored_decoder
+from gateway.inbound.responses_request import stored_encoder
+from gateway.inbound.responses_request import stored_key
+from gateway.inbound.responses_request import to_chat
 from gateway.inbound.responses_result import Finished
 from gateway.providers.base import NativeRequest
 from gateway.server.auth import authenticate
-from gateway.server.inference import refuse_while_draining, serve_chat
+from gateway.server.inference import refuse_while_draining
+from gateway.server.inference import serve_chat
 from gateway.server.limits import check_responses
-from gateway.server.request_body import read_json_object, typed
+from gateway.server.request_body import read_json_object
+from gateway.server.request_body import typed
 from gateway.server.state import STATE
-from gateway.store.kv import KeyValueStore, StoreError
+from gateway.store.kv import KeyValueStore
+from gateway.store.kv import StoreError
 
 log = logging.getLogger("gateway.responses")
 

@@ -37,7 +37,8 @@ from gateway.app import build_app
 from gateway.config import Config
 from gateway.observability.logs import configure_logging
 from gateway.observability.segments import retire
-from gateway.server.connection import GatewayRunner, handler_args
+from gateway.server.connection import GatewayRunner
+from gateway.server.connection import handler_args
 from gateway.server.state import STATE
 
 log = logging.getLogger("gateway.server")

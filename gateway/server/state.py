@@ -10,8 +10,10 @@ from typing import Protocol
 from aiohttp import web
 
 from gateway.config import Config
-from gateway.routing.router import Attempt, Router
-from gateway.store.kv import KeyValueStore, make_kv
+from gateway.routing.router import Attempt
+from gateway.routing.router import Router
+from gateway.store.kv import KeyValueStore
+from gateway.store.kv import make_kv
 from gateway.upstream.attempts import AttemptRunner
 from gateway.upstream.credentials import AccessTokens
 from gateway.upstream.http_client import HttpPool

@@ -13,11 +13,16 @@ Every method raises StoreUnavailable (gateway/store/kv.py) when the store does n
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from typing import Any
+from typing import Literal
+from typing import Protocol
 
 import msgspec
 
-from gateway.store.kv import SQLITE_PREFIX, StoreMisconfigured, sqlite_path, store_problem
+from gateway.store.kv import SQLITE_PREFIX
+from gateway.store.kv import StoreMisconfigured
+from gateway.store.kv import sqlite_path
+from gateway.store.kv import store_problem
 
 Period = Literal["total", "daily", "weekly", "monthly"]
 Verdict = Literal["ok", "unknown", "revoked", "expired", "model", "rpm", "tpm", "budget"]

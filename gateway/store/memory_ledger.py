@@ -11,17 +11,15 @@ from collections import deque
 
 import msgspec
 
-from gateway.store.ledger import (
-    WINDOW_S,
-    Admission,
-    Admitted,
-    Charge,
-    KeyRecord,
-    KeySpend,
-    SpendRow,
-    judge,
-    window_of,
-)
+from gateway.store.ledger import WINDOW_S
+from gateway.store.ledger import Admission
+from gateway.store.ledger import Admitted
+from gateway.store.ledger import Charge
+from gateway.store.ledger import KeyRecord
+from gateway.store.ledger import KeySpend
+from gateway.store.ledger import SpendRow
+from gateway.store.ledger import judge
+from gateway.store.ledger import window_of
 
 
 class _KeyState:

@@ -23,24 +23,25 @@ what a store call costs on the gateway's side.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
+from typing import Any
+from typing import cast
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError
+from redis.exceptions import RedisError
 
-from gateway.store.ledger import (
-    Admission,
-    Admitted,
-    Charge,
-    KeyRecord,
-    KeySpend,
-    SpendRow,
-    Verdict,
-    record_decoder,
-    record_encoder,
-)
-from gateway.store.redis_kv import KEY_PREFIX, RedisKV
+from gateway.store.ledger import Admission
+from gateway.store.ledger import Admitted
+from gateway.store.ledger import Charge
+from gateway.store.ledger import KeyRecord
+from gateway.store.ledger import KeySpend
+from gateway.store.ledger import SpendRow
+from gateway.store.ledger import Verdict
+from gateway.store.ledger import record_decoder
+from gateway.store.ledger import record_encoder
+from gateway.store.redis_kv import KEY_PREFIX
+from gateway.store.redis_kv import RedisKV
 
 _ADMIT = """
 local P = ARGV[12]

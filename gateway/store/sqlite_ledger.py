@@ -38,22 +38,23 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any
+from typing import Literal
+from typing import NamedTuple
+from typing import TypeVar
 
 import msgspec
 
 from gateway.store import sqlite_ledger_ops as ops
 from gateway.store.kv import StoreUnavailable
-from gateway.store.ledger import (
-    Admission,
-    Admitted,
-    Charge,
-    KeyRecord,
-    KeySpend,
-    SpendRow,
-    record_decoder,
-    record_encoder,
-)
+from gateway.store.ledger import Admission
+from gateway.store.ledger import Admitted
+from gateway.store.ledger import Charge
+from gateway.store.ledger import KeyRecord
+from gateway.store.ledger import KeySpend
+from gateway.store.ledger import SpendRow
+from gateway.store.ledger import record_decoder
+from gateway.store.ledger import record_encoder
 
 T = TypeVar("T")
 BUSY_TIMEOUT_S = 5.0

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import sqlite3
 
-from gateway.store.ledger import (
-    WINDOW_S,
-    Admission,
-    Admitted,
-    Charge,
-    KeyRecord,
-    judge,
-    record_decoder,
-    window_of,
-)
+from gateway.store.ledger import WINDOW_S
+from gateway.store.ledger import Admission
+from gateway.store.ledger import Admitted
+from gateway.store.ledger import Charge
+from gateway.store.ledger import KeyRecord
+from gateway.store.ledger import judge
+from gateway.store.ledger import record_decoder
+from gateway.store.ledger import window_of
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS vkeys (id TEXT PRIMARY KEY, secret_hash TEXT NOT NULL UNIQUE,"

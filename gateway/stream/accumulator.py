@@ -27,19 +27,17 @@ from msgspec import UNSET
 from msgspec.structs import replace
 
 from gateway.errors import UpstreamProtocolError
-from gateway.wire.openai_chat import (
-    ChatChunk,
-    ChatCompletion,
-    Choice,
-    ChunkChoice,
-    Delta,
-    FunctionCall,
-    FunctionDelta,
-    ResponseMessage,
-    ToolCall,
-    ToolCallDelta,
-    Usage,
-)
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ChatCompletion
+from gateway.wire.openai_chat import Choice
+from gateway.wire.openai_chat import ChunkChoice
+from gateway.wire.openai_chat import Delta
+from gateway.wire.openai_chat import FunctionCall
+from gateway.wire.openai_chat import FunctionDelta
+from gateway.wire.openai_chat import ResponseMessage
+from gateway.wire.openai_chat import ToolCall
+from gateway.wire.openai_chat import ToolCallDelta
+from gateway.wire.openai_chat import Usage
 
 
 class ToolCallState:

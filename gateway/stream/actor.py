@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
@@ -32,35 +33,36 @@ from aiohttp import web
 
 from gateway.config import ServerConfig
 from gateway.emulation.translator import EmulatedToolCalls
-from gateway.errors import (
-    GatewayError,
-    NoUpstreamAvailable,
-    UpstreamError,
-    UpstreamProtocolError,
-    UpstreamTimeout,
-)
+from gateway.errors import GatewayError
+from gateway.errors import NoUpstreamAvailable
+from gateway.errors import UpstreamError
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamTimeout
 from gateway.framing.registry import make_decoder
-from gateway.providers.base import TokenSource, UpstreamCall
+from gateway.providers.base import TokenSource
+from gateway.providers.base import UpstreamCall
 from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
-from gateway.stream.client_stream import ClientGone, ClientStream
+from gateway.stream.client_stream import ClientGone
+from gateway.stream.client_stream import ClientStream
 from gateway.stream.deadlines import Deadlines
 from gateway.stream.outbound import Outbound
 from gateway.stream.pipeline import ChunkPipeline
-from gateway.stream.served import ChatJob, StreamOutcome
-from gateway.upstream.attempts import AttemptRunner, Ended
+from gateway.stream.served import ChatJob
+from gateway.stream.served import StreamOutcome
+from gateway.upstream.attempts import AttemptRunner
+from gateway.upstream.attempts import Ended
 from gateway.upstream.credentials import AccessTokens
-from gateway.upstream.http_client import HttpPool, PendingResponse
-from gateway.upstream.transport import (
-    PlaybackBody,
-    UpstreamBody,
-    answered,
-    open_upstream,
-    read_all,
-    send_upstream,
-    speaks,
-)
+from gateway.upstream.http_client import HttpPool
+from gateway.upstream.http_client import PendingResponse
+from gateway.upstream.transport import PlaybackBody
+from gateway.upstream.transport import UpstreamBody
+from gateway.upstream.transport import answered
+from gateway.upstream.transport import open_upstream
+from gateway.upstream.transport import read_all
+from gateway.upstream.transport import send_upstream
+from gateway.upstream.transport import speaks
 from gateway.wire.openai_chat import Usage
 
 

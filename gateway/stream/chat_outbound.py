@@ -11,16 +11,22 @@ field, which OpenAI's clients keep without complaint (openai-python exposes it i
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
 from gateway.errors import GatewayError
-from gateway.framing.sse import DONE, encode_comment
-from gateway.providers.base import UnaryResult, UpstreamCall
+from gateway.framing.sse import DONE
+from gateway.framing.sse import encode_comment
+from gateway.providers.base import UnaryResult
+from gateway.providers.base import UpstreamCall
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.wire.openai_chat import ChatChunk, ErrorBody, ErrorDetail, encoder
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ErrorBody
+from gateway.wire.openai_chat import ErrorDetail
+from gateway.wire.openai_chat import encoder
 
 _any_json = msgspec.json.Decoder()
 

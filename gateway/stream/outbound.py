@@ -11,11 +11,14 @@ it, and the chunks (still made, for usage, identity and the commit point) are no
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable
+from collections.abc import Callable
+from typing import Any
+from typing import Protocol
 
 from gateway.errors import GatewayError
-from gateway.providers.base import UnaryResult, UpstreamCall
+from gateway.providers.base import UnaryResult
+from gateway.providers.base import UpstreamCall
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import ChatChunk
 

@@ -7,10 +7,12 @@ outbound renders it and the chunks only feed the accumulator (usage, identity, c
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
+from typing import Protocol
 
 from gateway.errors import UpstreamError
-from gateway.providers.base import StreamTranslator, Translated
+from gateway.providers.base import StreamTranslator
+from gateway.providers.base import Translated
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.outbound import Outbound
 

@@ -18,7 +18,8 @@ from gateway.errors import GatewayError
 from gateway.providers.base import NativeRequest
 from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.wire.openai_chat import ChatRequest, Usage
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import Usage
 
 
 class ChatJob(msgspec.Struct, frozen=True, kw_only=True):

@@ -29,7 +29,9 @@ whether it was the only one: a cancellation from anyone else that arrived too wi
 from __future__ import annotations
 
 import asyncio
-from heapq import heapify, heappop, heappush
+from heapq import heapify
+from heapq import heappop
+from heapq import heappush
 
 _current_task = asyncio.current_task
 # uvloop's clock counts milliseconds: a timer may run up to 1 ms before the time it was

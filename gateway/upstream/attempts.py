@@ -26,20 +26,29 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from collections.abc import Awaitable
+from collections.abc import Callable
+from typing import Protocol
+from typing import TypeVar
 
 import msgspec
 
-from gateway.errors import ClientError, GatewayError, NoUpstreamAvailable, UpstreamError
-from gateway.providers.base import TokenSource, hide_credentials
+from gateway.errors import ClientError
+from gateway.errors import GatewayError
+from gateway.errors import NoUpstreamAvailable
+from gateway.errors import UpstreamError
+from gateway.providers.base import TokenSource
+from gateway.providers.base import hide_credentials
 from gateway.routing.balancer import unavailable
 from gateway.routing.health import REFUSED
 from gateway.routing.router import Attempt
 from gateway.upstream.alarm import Alarm
 from gateway.upstream.credentials import AccessTokens
 from gateway.upstream.http_client import HttpPool
-from gateway.upstream.outcome import count_move, final_error, report_failure, report_success
+from gateway.upstream.outcome import count_move
+from gateway.upstream.outcome import final_error
+from gateway.upstream.outcome import report_failure
+from gateway.upstream.outcome import report_success
 from gateway.wire.openai_chat import Usage
 
 T = TypeVar("T")

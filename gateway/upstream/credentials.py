@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
 from gateway.errors import UpstreamConnectError
-from gateway.providers.base import GoogleServiceAccount, TokenSource
+from gateway.providers.base import GoogleServiceAccount
+from gateway.providers.base import TokenSource
 from gateway.upstream.google_auth import fetch_service_account_token
 
 REFRESH_MARGIN_S = 300.0

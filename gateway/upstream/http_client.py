@@ -20,9 +20,15 @@ import time
 from typing import cast
 from urllib.parse import urlsplit
 
-from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
-from gateway.framing.http1 import END, ResponseHead, ResponseParser, encode_request
-from gateway.upstream.alarm import Alarm, AlarmClock
+from gateway.errors import UpstreamConnectError
+from gateway.errors import UpstreamError
+from gateway.errors import UpstreamTimeout
+from gateway.framing.http1 import END
+from gateway.framing.http1 import ResponseHead
+from gateway.framing.http1 import ResponseParser
+from gateway.framing.http1 import encode_request
+from gateway.upstream.alarm import Alarm
+from gateway.upstream.alarm import AlarmClock
 
 HIGH_WATER = 1 << 20  # buffered body bytes at which reading pauses
 IDLE_TTL_S = 30.0  # a pooled connection unused this long is closed rather than reused

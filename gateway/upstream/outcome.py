@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import time
 
-from gateway.errors import (
-    GatewayError,
-    UpstreamConnectError,
-    UpstreamError,
-    UpstreamProtocolError,
-    UpstreamStreamError,
-    UpstreamTimeout,
-)
+from gateway.errors import GatewayError
+from gateway.errors import UpstreamConnectError
+from gateway.errors import UpstreamError
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamStreamError
+from gateway.errors import UpstreamTimeout
 from gateway.routing.router import Attempt
 from gateway.wire.openai_chat import Usage
 

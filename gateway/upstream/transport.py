@@ -13,11 +13,15 @@ import time
 from collections.abc import Mapping
 from typing import Protocol
 
-from gateway.errors import UpstreamError, UpstreamProtocolError
-from gateway.providers.base import ProviderAdapter, UpstreamRequest
+from gateway.errors import UpstreamError
+from gateway.errors import UpstreamProtocolError
+from gateway.providers.base import ProviderAdapter
+from gateway.providers.base import UpstreamRequest
 from gateway.routing.retry_after import retry_after_s
 from gateway.routing.router import Attempt
-from gateway.upstream.http_client import HttpPool, PendingResponse, UpstreamResponse
+from gateway.upstream.http_client import HttpPool
+from gateway.upstream.http_client import PendingResponse
+from gateway.upstream.http_client import UpstreamResponse
 
 ERROR_BODY_LIMIT = 1 << 20
 

@@ -16,7 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from msgspec import UNSET, Raw, Struct, UnsetType
+from msgspec import UNSET
+from msgspec import Raw
+from msgspec import Struct
+from msgspec import UnsetType
 
 from gateway.wire.openai_chat import Tool
 

@@ -15,7 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from msgspec import UNSET, Raw, Struct, UnsetType
+from msgspec import UNSET
+from msgspec import Raw
+from msgspec import Struct
+from msgspec import UnsetType
 
 # --- request ---------------------------------------------------------------------------------
 

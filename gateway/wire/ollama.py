@@ -19,7 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from msgspec import UNSET, Struct, UnsetType
+from msgspec import UNSET
+from msgspec import Struct
+from msgspec import UnsetType
 
 # --- request ---------------------------------------------------------------------------------
 

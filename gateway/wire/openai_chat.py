@@ -17,10 +17,14 @@ Three rules shape these types:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
+from typing import Literal
 
 import msgspec
-from msgspec import UNSET, Raw, Struct, UnsetType
+from msgspec import UNSET
+from msgspec import Raw
+from msgspec import Struct
+from msgspec import UnsetType
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 

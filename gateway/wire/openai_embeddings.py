@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from msgspec import UNSET, UnsetType
+from msgspec import UNSET
+from msgspec import UnsetType
 
 
 class EmbeddingsRequest(msgspec.Struct, kw_only=True):

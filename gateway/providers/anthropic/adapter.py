@@ -25,51 +25,46 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gateway.config_base import effective_base_url
-from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
+from gateway.errors import UpstreamError
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamStreamError
 from gateway.framing.sse import SSEEvent
 from gateway.providers.anthropic.config import AnthropicProvider
 from gateway.providers.anthropic.count_tokens import count_tokens
-from gateway.providers.anthropic.request import answer_tool, build_messages_request
-from gateway.providers.base import (
-    AdapterDefaults,
-    ResetHeaders,
-    TokenCount,
-    Translated,
-    UnaryResult,
-    UpstreamCall,
-    UpstreamRequest,
-    excerpt_error,
-    status_error,
-    tool_input_text,
-)
-from gateway.providers.translate import (
-    STOP_REASONS,
-    ChunkTranslator,
-    ToolBlocks,
-    answer_message,
-    decoded_event,
-    mapped_finish,
-    one_choice,
-)
+from gateway.providers.anthropic.request import answer_tool
+from gateway.providers.anthropic.request import build_messages_request
+from gateway.providers.base import AdapterDefaults
+from gateway.providers.base import ResetHeaders
+from gateway.providers.base import TokenCount
+from gateway.providers.base import Translated
+from gateway.providers.base import UnaryResult
+from gateway.providers.base import UpstreamCall
+from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import excerpt_error
+from gateway.providers.base import status_error
+from gateway.providers.base import tool_input_text
+from gateway.providers.translate import STOP_REASONS
+from gateway.providers.translate import ChunkTranslator
+from gateway.providers.translate import ToolBlocks
+from gateway.providers.translate import answer_message
+from gateway.providers.translate import decoded_event
+from gateway.providers.translate import mapped_finish
+from gateway.providers.translate import one_choice
 from gateway.wire import DECODE_ERRORS
-from gateway.wire.anthropic import (
-    ANTHROPIC_VERSION,
-    AnthropicUsage,
-    StreamEvent,
-    error_body_decoder,
-    event_decoder,
-    message_decoder,
-)
+from gateway.wire.anthropic import ANTHROPIC_VERSION
+from gateway.wire.anthropic import AnthropicUsage
+from gateway.wire.anthropic import StreamEvent
 from gateway.wire.anthropic import encoder as anthropic_encoder
-from gateway.wire.openai_chat import (
-    ChatCompletion,
-    Delta,
-    FunctionCall,
-    PromptTokensDetails,
-    ToolCall,
-    Usage,
-    encoder,
-)
+from gateway.wire.anthropic import error_body_decoder
+from gateway.wire.anthropic import event_decoder
+from gateway.wire.anthropic import message_decoder
+from gateway.wire.openai_chat import ChatCompletion
+from gateway.wire.openai_chat import Delta
+from gateway.wire.openai_chat import FunctionCall
+from gateway.wire.openai_chat import PromptTokensDetails
+from gateway.wire.openai_chat import ToolCall
+from gateway.wire.openai_chat import Usage
+from gateway.wire.openai_chat import encoder
 
 FINISH_REASONS = {**STOP_REASONS, "pause_turn": "stop", "refusal": "content_filter"}
 BETA_HEADER = "anthropic-beta"  # the one client header a native request carries upstream
@@ -114,12 +109,17 @@ class UsageCounter:
 class AnthropicStreamTranslator(ChunkTranslator):
     """Anthropic SSE events to canonical chunks; one instance per stream."""
 
-    __slots__ = ("_answer_tool", "_blocks", "_stop_reason", "_usage")
+    __slots__ = ("_answer_tool", "_blocks", "_on_block", "_stop_reason", "_usage")
 
     def __init__(self, *, model: str, created: int, answer_tool: str | None = None) -> None:
         super().__init__(id="", created=created, model=model)
         self._answer_tool = answer_tool
         self._blocks = ToolBlocks()
+        self._on_block = {
+            "content_block_delta": self._delta,
+            "content_block_start": self._start,
+            "content_block_stop": self._stop,
+        }
         self._stop_reason: str | None = None
         self._usage = UsageCounter()
 
@@ -129,12 +129,9 @@ class AnthropicStreamTranslator(ChunkTranslator):
             return []
         event = decoded_event(event_decoder, data)
         kind = event.type or frame.event
-        if kind == "content_block_delta":
-            return self._delta(event)
-        if kind == "content_block_start":
-            return self._start(event)
-        if kind == "content_block_stop":
-            return self._stop(event)
+        on_block = self._on_block.get(kind)
+        if on_block is not None:
+            return on_block(event)
         if kind == "message_start":
             message = event.message
             if message is not None:

@@ -12,7 +12,9 @@ import msgspec
 
 from gateway.errors import UpstreamProtocolError
 from gateway.providers.anthropic.request import build_messages_request
-from gateway.providers.base import TokenCount, UpstreamCall, UpstreamRequest
+from gateway.providers.base import TokenCount
+from gateway.providers.base import UpstreamCall
+from gateway.providers.base import UpstreamRequest
 from gateway.wire import DECODE_ERRORS
 
 COUNT_TOKENS_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking"})

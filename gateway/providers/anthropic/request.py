@@ -19,34 +19,34 @@ or rejected with a 400; keep the two in step. The rules that shape this module:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
-from gateway.providers.translate import (
-    MESSAGES_SAMPLING,
-    call_inputs,
-    conversation,
-    copy_sampling,
-    function_tools,
-    refuse_beyond_one_text_choice,
-)
-from gateway.wire.anthropic import (
-    Block,
-    CacheControlledTool,
-    ImageBlock,
-    ImageSource,
-    MessageParam,
-    MessagesRequest,
-    Metadata,
-    TextBlock,
-    Thinking,
-    ToolChoice,
-    ToolParam,
-    ToolResultBlock,
-    ToolUseBlock,
-)
-from gateway.wire.openai_chat import UNSET, ChatRequest, Message
+from gateway.providers.translate import MESSAGES_SAMPLING
+from gateway.providers.translate import call_inputs
+from gateway.providers.translate import content_blocks
+from gateway.providers.translate import conversation
+from gateway.providers.translate import copy_sampling
+from gateway.providers.translate import function_tools
+from gateway.providers.translate import refuse_beyond_one_text_choice
+from gateway.wire.anthropic import Block
+from gateway.wire.anthropic import CacheControlledTool
+from gateway.wire.anthropic import ImageBlock
+from gateway.wire.anthropic import ImageSource
+from gateway.wire.anthropic import MessageParam
+from gateway.wire.anthropic import MessagesRequest
+from gateway.wire.anthropic import Metadata
+from gateway.wire.anthropic import TextBlock
+from gateway.wire.anthropic import Thinking
+from gateway.wire.anthropic import ToolChoice
+from gateway.wire.anthropic import ToolParam
+from gateway.wire.anthropic import ToolResultBlock
+from gateway.wire.anthropic import ToolUseBlock
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import Message
 
 DEFAULT_MAX_TOKENS = 4096  # models this table does not know
 # Anthropic requires max_tokens; without the client's, each model's own output limit is used
@@ -120,33 +120,20 @@ def _image(url: Any, param: str) -> ImageBlock:
 
 def _parts(content: Any, param: str, *, images: bool) -> list[TextBlock | ImageBlock]:
     """Text (and image) blocks of a message's content; empty texts are dropped."""
-    if content is UNSET or content is None:
-        return []
-    if isinstance(content, str):
-        return [TextBlock(text=content)] if content else []
     out: list[TextBlock | ImageBlock] = []
-    for j, part in enumerate(content):
-        kind = part.get("type")
-        if kind in ("text", "refusal"):
-            text = part.get(kind)
-            if not isinstance(text, str):
-                raise BadRequest(f"a {kind} part needs a string {kind!r}", param=f"{param}[{j}]")
-            if not text:
-                continue
-            out.append(TextBlock(text=text))
-        elif kind == "image_url" and images:
-            image = part.get("image_url")
-            url = image.get("url") if isinstance(image, dict) else image
-            out.append(_image(url, f"{param}[{j}].image_url"))
-        else:
-            raise BadRequest(
-                f"content part type {kind!r} is not supported by the anthropic provider",
-                param=f"{param}[{j}].type",
-            )
+    text: Callable[[str], TextBlock | ImageBlock] = _text_block
+    for block, part in content_blocks(
+        content, param, "anthropic", text, _image if images else None
+    ):
         cache_control = part.get("cache_control")
         if isinstance(cache_control, dict):
-            out[-1].cache_control = cache_control  # set only by the Messages inbound API
+            block.cache_control = cache_control  # set only by the Messages inbound API
+        out.append(block)
     return out
+
+
+def _text_block(text: str) -> TextBlock:
+    return TextBlock(text=text)
 
 
 def _tool_uses(message: Message, i: int) -> list[Block]:

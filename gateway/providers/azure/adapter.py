@@ -28,9 +28,13 @@ from collections.abc import Mapping
 
 from gateway.errors import UpstreamError
 from gateway.providers.azure.config import AzureProvider
-from gateway.providers.azure.urls import AzureUrls, auth_headers
-from gateway.providers.base import UpstreamCall, UpstreamRequest
-from gateway.providers.openai.adapter import OpenAIAdapter, error_from_body, upstream_body
+from gateway.providers.azure.urls import AzureUrls
+from gateway.providers.azure.urls import auth_headers
+from gateway.providers.base import UpstreamCall
+from gateway.providers.base import UpstreamRequest
+from gateway.providers.openai.adapter import OpenAIAdapter
+from gateway.providers.openai.adapter import error_from_body
+from gateway.providers.openai.adapter import upstream_body
 
 
 class AzureAdapter(OpenAIAdapter):

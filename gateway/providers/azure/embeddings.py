@@ -4,7 +4,8 @@ the resource's `embeddings` URL (azure/urls.py), the key in `api-key`. Sans-IO."
 from __future__ import annotations
 
 from gateway.providers.azure.config import AzureProvider
-from gateway.providers.azure.urls import AzureUrls, auth_headers
+from gateway.providers.azure.urls import AzureUrls
+from gateway.providers.azure.urls import auth_headers
 from gateway.providers.embeddings import EmbeddingsCall
 from gateway.providers.openai.embeddings import OpenAIEmbeddings
 

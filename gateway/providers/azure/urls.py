@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from gateway.config_base import ProviderKey, effective_base_url
+from gateway.config_base import ProviderKey
+from gateway.config_base import effective_base_url
 from gateway.providers.azure.config import AzureProvider
 from gateway.providers.base import path_segment
 

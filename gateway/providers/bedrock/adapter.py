@@ -24,57 +24,48 @@ Stream translation (frames are `EventStreamMessage`s):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 
 from gateway.config_base import effective_base_url
-from gateway.errors import (
-    InternalError,
-    UpstreamError,
-    UpstreamProtocolError,
-    UpstreamStreamError,
-)
+from gateway.errors import InternalError
+from gateway.errors import UpstreamError
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamStreamError
 from gateway.framing.aws_eventstream import EventStreamMessage
-from gateway.providers.base import (
-    AdapterDefaults,
-    Translated,
-    UnaryResult,
-    UpstreamCall,
-    UpstreamRequest,
-    path_segment,
-    status_error,
-    tool_input_text,
-)
+from gateway.providers.base import AdapterDefaults
+from gateway.providers.base import Translated
+from gateway.providers.base import UnaryResult
+from gateway.providers.base import UpstreamCall
+from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import path_segment
+from gateway.providers.base import status_error
+from gateway.providers.base import tool_input_text
 from gateway.providers.bedrock.auth import authorized
 from gateway.providers.bedrock.config import BedrockProvider
 from gateway.providers.bedrock.request import build_converse_request
-from gateway.providers.translate import (
-    STOP_REASONS,
-    ChunkTranslator,
-    ToolBlocks,
-    answer_message,
-    decoded_event,
-    mapped_finish,
-    one_choice,
-)
+from gateway.providers.translate import STOP_REASONS
+from gateway.providers.translate import ChunkTranslator
+from gateway.providers.translate import ToolBlocks
+from gateway.providers.translate import answer_message
+from gateway.providers.translate import decoded_event
+from gateway.providers.translate import mapped_finish
+from gateway.providers.translate import one_choice
 from gateway.wire import DECODE_ERRORS
-from gateway.wire.bedrock import (
-    StreamEvent,
-    TokenUsage,
-    error_body_decoder,
-    event_decoder,
-    fragment_decoder,
-    response_decoder,
-)
+from gateway.wire.bedrock import StreamEvent
+from gateway.wire.bedrock import TokenUsage
 from gateway.wire.bedrock import encoder as bedrock_encoder
-from gateway.wire.openai_chat import (
-    ChatCompletion,
-    Delta,
-    FunctionCall,
-    PromptTokensDetails,
-    ToolCall,
-    Usage,
-    encoder,
-)
+from gateway.wire.bedrock import error_body_decoder
+from gateway.wire.bedrock import event_decoder
+from gateway.wire.bedrock import fragment_decoder
+from gateway.wire.bedrock import response_decoder
+from gateway.wire.openai_chat import ChatCompletion
+from gateway.wire.openai_chat import Delta
+from gateway.wire.openai_chat import FunctionCall
+from gateway.wire.openai_chat import PromptTokensDetails
+from gateway.wire.openai_chat import ToolCall
+from gateway.wire.openai_chat import Usage
+from gateway.wire.openai_chat import encoder
 
 FINISH_REASONS = {
     **STOP_REASONS,
@@ -114,11 +105,16 @@ def usage_of(usage: TokenUsage | None) -> Usage:
 class BedrockStreamTranslator(ChunkTranslator):
     """ConverseStream event-stream messages to canonical chunks; one instance per stream."""
 
-    __slots__ = ("_finished", "_tools")
+    __slots__ = ("_finished", "_on_block", "_tools")
 
     def __init__(self, *, model: str, created: int, id: str) -> None:
         super().__init__(id=id, created=created, model=model)
         self._tools = ToolBlocks()  # by contentBlockIndex
+        self._on_block = {
+            "contentBlockDelta": self._delta,
+            "contentBlockStart": self._start,
+            "contentBlockStop": self._stop,
+        }
         self._finished = False
 
     def feed(self, frame: EventStreamMessage) -> list[Translated]:
@@ -130,17 +126,12 @@ class BedrockStreamTranslator(ChunkTranslator):
                 frame.error_message or "the upstream reported an error mid-stream",
                 code=frame.error_code,
             )
-        try:
-            event = event_decoder.decode(frame.payload) if frame.payload else StreamEvent()
-        except DECODE_ERRORS as exc:
-            raise UpstreamProtocolError(f"upstream sent a malformed event: {exc}") from None
+        payload = frame.payload
+        event = decoded_event(event_decoder, payload) if payload else StreamEvent()
         name = frame.event_type
-        if name == "contentBlockDelta":
-            return self._delta(event)
-        if name == "contentBlockStart":
-            return self._start(event)
-        if name == "contentBlockStop":
-            return self._stop(event)
+        on_block = self._on_block.get(name or "")
+        if on_block is not None:
+            return on_block(event)
         if name == "messageStart":
             return [self._chunk(Delta(role="assistant", content=""))]
         if name == "messageStop":

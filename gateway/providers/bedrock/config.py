@@ -8,8 +8,11 @@ from typing import ClassVar
 
 import msgspec
 
-from gateway.config_base import ProviderBase, ProviderKey, Secret
-from gateway.config_parse import Path, Problem
+from gateway.config_base import ProviderBase
+from gateway.config_base import ProviderKey
+from gateway.config_base import Secret
+from gateway.config_parse import Path
+from gateway.config_parse import Problem
 
 
 class BedrockKey(ProviderKey, forbid_unknown_fields=True, kw_only=True, frozen=True):

@@ -30,18 +30,18 @@ import msgspec
 
 from gateway.config_base import effective_base_url
 from gateway.errors import BadRequest
-from gateway.providers.base import UpstreamRequest, no_token_source, path_segment
+from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import no_token_source
+from gateway.providers.base import path_segment
 from gateway.providers.bedrock.auth import authorized
 from gateway.providers.bedrock.config import BedrockProvider
-from gateway.providers.embeddings import (
-    EmbeddingsCall,
-    Part,
-    PartResult,
-    batches,
-    decode_json,
-    no_dimensions,
-    texts_of,
-)
+from gateway.providers.embeddings import EmbeddingsCall
+from gateway.providers.embeddings import Part
+from gateway.providers.embeddings import PartResult
+from gateway.providers.embeddings import batches
+from gateway.providers.embeddings import decode_json
+from gateway.providers.embeddings import no_dimensions
+from gateway.providers.embeddings import texts_of
 
 COHERE_BATCH = 96
 DEFAULT_INPUT_TYPE = "search_document"

@@ -20,33 +20,31 @@ from typing import Any
 
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
-from gateway.providers.translate import (
-    MESSAGES_SAMPLING,
-    call_inputs,
-    conversation,
-    copy_sampling,
-    function_tools,
-    refuse_beyond_one_text_choice,
-)
-from gateway.wire.bedrock import (
-    ContentBlock,
-    ConverseRequest,
-    Image,
-    ImageSource,
-    InferenceConfig,
-    InputSchema,
-    Message,
-    SpecificTool,
-    SystemBlock,
-    ToolChoice,
-    ToolConfig,
-    ToolDef,
-    ToolResult,
-    ToolResultContent,
-    ToolSpec,
-    ToolUse,
-)
-from gateway.wire.openai_chat import UNSET, ChatRequest
+from gateway.providers.translate import MESSAGES_SAMPLING
+from gateway.providers.translate import call_inputs
+from gateway.providers.translate import content_blocks
+from gateway.providers.translate import conversation
+from gateway.providers.translate import copy_sampling
+from gateway.providers.translate import function_tools
+from gateway.providers.translate import refuse_beyond_one_text_choice
+from gateway.wire.bedrock import ContentBlock
+from gateway.wire.bedrock import ConverseRequest
+from gateway.wire.bedrock import Image
+from gateway.wire.bedrock import ImageSource
+from gateway.wire.bedrock import InferenceConfig
+from gateway.wire.bedrock import InputSchema
+from gateway.wire.bedrock import Message
+from gateway.wire.bedrock import SpecificTool
+from gateway.wire.bedrock import SystemBlock
+from gateway.wire.bedrock import ToolChoice
+from gateway.wire.bedrock import ToolConfig
+from gateway.wire.bedrock import ToolDef
+from gateway.wire.bedrock import ToolResult
+from gateway.wire.bedrock import ToolResultContent
+from gateway.wire.bedrock import ToolSpec
+from gateway.wire.bedrock import ToolUse
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatRequest
 from gateway.wire.openai_chat import Message as ChatMessage
 
 IMAGE_FORMATS = {
@@ -78,29 +76,16 @@ def _image(url: Any, param: str) -> Image:
 
 def _parts(content: Any, param: str, *, images: bool) -> list[ContentBlock]:
     """Text (and image) blocks of a message's content; empty texts are dropped."""
-    if content is UNSET or content is None:
-        return []
-    if isinstance(content, str):
-        return [ContentBlock(text=content)] if content else []
-    out: list[ContentBlock] = []
-    for j, part in enumerate(content):
-        kind = part.get("type")
-        if kind in ("text", "refusal"):
-            text = part.get(kind)
-            if not isinstance(text, str):
-                raise BadRequest(f"a {kind} part needs a string {kind!r}", param=f"{param}[{j}]")
-            if text:
-                out.append(ContentBlock(text=text))
-        elif kind == "image_url" and images:
-            image = part.get("image_url")
-            url = image.get("url") if isinstance(image, dict) else image
-            out.append(ContentBlock(image=_image(url, f"{param}[{j}].image_url")))
-        else:
-            raise BadRequest(
-                f"content part type {kind!r} is not supported by the bedrock provider",
-                param=f"{param}[{j}].type",
-            )
-    return out
+    image = _image_block if images else None
+    return [block for block, _ in content_blocks(content, param, "bedrock", _text_block, image)]
+
+
+def _text_block(text: str) -> ContentBlock:
+    return ContentBlock(text=text)
+
+
+def _image_block(url: Any, param: str) -> ContentBlock:
+    return ContentBlock(image=_image(url, param))
 
 
 def _tool_uses(message: ChatMessage, i: int) -> list[ContentBlock]:

@@ -21,8 +21,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping
-from datetime import UTC, datetime
-from urllib.parse import parse_qsl, quote, urlsplit
+from datetime import UTC
+from datetime import datetime
+from urllib.parse import parse_qsl
+from urllib.parse import quote
+from urllib.parse import urlsplit
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 UNSIGNED_HEADERS = frozenset({"user-agent", "expect", "transfer-encoding", "x-amzn-trace-id"})

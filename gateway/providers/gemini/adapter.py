@@ -16,36 +16,38 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
+from gateway.errors import UpstreamError
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamStreamError
 from gateway.framing.sse import SSEEvent
-from gateway.providers.base import (
-    AdapterDefaults,
-    Translated,
-    UnaryResult,
-    UpstreamCall,
-    UpstreamRequest,
-    excerpt_error,
-    path_segment,
-    status_error,
-)
+from gateway.providers.base import AdapterDefaults
+from gateway.providers.base import Translated
+from gateway.providers.base import UnaryResult
+from gateway.providers.base import UpstreamCall
+from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import excerpt_error
+from gateway.providers.base import path_segment
+from gateway.providers.base import status_error
 from gateway.providers.gemini.config import GeminiProvider
-from gateway.providers.gemini.request import build_body, signed_call_id
-from gateway.providers.translate import ChunkTranslator, answer_message, chat_finish, one_choice
+from gateway.providers.gemini.request import build_body
+from gateway.providers.gemini.request import signed_call_id
+from gateway.providers.translate import ChunkTranslator
+from gateway.providers.translate import answer_message
+from gateway.providers.translate import chat_finish
+from gateway.providers.translate import one_choice
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import gemini as g
-from gateway.wire.openai_chat import (
-    UNSET,
-    ChatCompletion,
-    CompletionTokensDetails,
-    Delta,
-    FunctionCall,
-    FunctionDelta,
-    PromptTokensDetails,
-    ToolCall,
-    ToolCallDelta,
-    Usage,
-    encoder,
-)
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatCompletion
+from gateway.wire.openai_chat import CompletionTokensDetails
+from gateway.wire.openai_chat import Delta
+from gateway.wire.openai_chat import FunctionCall
+from gateway.wire.openai_chat import FunctionDelta
+from gateway.wire.openai_chat import PromptTokensDetails
+from gateway.wire.openai_chat import ToolCall
+from gateway.wire.openai_chat import ToolCallDelta
+from gateway.wire.openai_chat import Usage
+from gateway.wire.openai_chat import encoder
 
 FILTERED = frozenset(
     {

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from gateway.config_base import ProviderBase, effective_base_url
+from gateway.config_base import ProviderBase
+from gateway.config_base import effective_base_url
 
 
 class GeminiProvider(

@@ -16,15 +16,14 @@ from collections.abc import Mapping
 
 import msgspec
 
-from gateway.providers.base import UpstreamRequest, no_token_source, path_segment
-from gateway.providers.embeddings import (
-    EmbeddingsCall,
-    Part,
-    PartResult,
-    batches,
-    decode_json,
-    texts_of,
-)
+from gateway.providers.base import no_token_source
+from gateway.providers.base import path_segment
+from gateway.providers.embeddings import EmbeddingsCall
+from gateway.providers.embeddings import Part
+from gateway.providers.embeddings import PartResult
+from gateway.providers.embeddings import batched_parts
+from gateway.providers.embeddings import decode_json
+from gateway.providers.embeddings import texts_of
 from gateway.providers.gemini.config import GeminiProvider
 
 GEMINI_BATCH = 100
@@ -80,20 +79,18 @@ class GeminiEmbeddings:
         if call.key is not None and call.key.key:
             headers["x-goog-api-key"] = call.key.key.reveal()
         name = "models/" + call.model.removeprefix("models/")
-        parts = []
-        for start, count in batches(len(texts), GEMINI_BATCH):
+
+        def body_of(batch: list[str]) -> bytes:
             requests = [
                 EmbedContentRequest(
-                    model=name,
-                    content=Content([TextPart(text)]),
-                    output_dimensionality=call.dimensions,
+                    model=name, content=Content([TextPart(text)]), output_dimensionality=dims
                 )
-                for text in texts[start : start + count]
+                for text in batch
             ]
-            body = _encoder.encode(BatchEmbedContentsRequest(requests))
-            request = UpstreamRequest(url=url, headers=dict(headers), body=body)
-            parts.append(Part(request=request, start=start, count=count))
-        return parts
+            return _encoder.encode(BatchEmbedContentsRequest(requests))
+
+        dims = call.dimensions
+        return batched_parts(texts, GEMINI_BATCH, url, headers, body_of)
 
     def parse(
         self, call: EmbeddingsCall, part: Part, body: bytes, headers: Mapping[str, str]

@@ -22,17 +22,17 @@ import msgspec
 from msgspec import UNSET
 
 from gateway.errors import BadRequest
-from gateway.inbound.client_urls import refusal, url_allowed
+from gateway.inbound.client_urls import refusal
+from gateway.inbound.client_urls import url_allowed
 from gateway.providers.base import UpstreamCall
-from gateway.providers.translate import (
-    arguments_object,
-    copy_sampling,
-    given,
-    refuse_beyond_one_text_choice,
-)
+from gateway.providers.translate import arguments_object
+from gateway.providers.translate import copy_sampling
+from gateway.providers.translate import given
+from gateway.providers.translate import refuse_beyond_one_text_choice
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import gemini as g
-from gateway.wire.openai_chat import ChatRequest, Message
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import Message
 
 # reasoning_effort -> thinking budget in tokens (`none`/`minimal` turn thinking off where
 # the model allows it; Gemini 2.5 Pro and 3 answer 400 to a zero budget).

@@ -12,23 +12,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.errors import UpstreamError
-from gateway.providers.base import (
-    AdapterDefaults,
-    UnaryResult,
-    UpstreamCall,
-    UpstreamRequest,
-)
-from gateway.providers.mock.config import MockOptions, MockProvider
-from gateway.providers.openai.adapter import ChatStreamTranslator, error_from_body
-from gateway.wire.openai_chat import (
-    ChatChunk,
-    ChunkChoice,
-    Delta,
-    FunctionDelta,
-    ToolCallDelta,
-    Usage,
-    encoder,
-)
+from gateway.providers.base import AdapterDefaults
+from gateway.providers.base import UnaryResult
+from gateway.providers.base import UpstreamCall
+from gateway.providers.base import UpstreamRequest
+from gateway.providers.mock.config import MockOptions
+from gateway.providers.mock.config import MockProvider
+from gateway.providers.openai.adapter import ChatStreamTranslator
+from gateway.providers.openai.adapter import error_from_body
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ChunkChoice
+from gateway.wire.openai_chat import Delta
+from gateway.wire.openai_chat import FunctionDelta
+from gateway.wire.openai_chat import ToolCallDelta
+from gateway.wire.openai_chat import Usage
+from gateway.wire.openai_chat import encoder
 
 REPLY = (
     "Hello from the gateway's mock model. This reply is streamed in deterministic pieces "

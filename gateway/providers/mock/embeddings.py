@@ -15,16 +15,18 @@ import struct
 from collections.abc import Mapping
 
 from gateway.errors import BadRequest
-from gateway.providers.base import UpstreamRequest, no_token_source
-from gateway.providers.embeddings import EmbeddingsCall, Part, PartResult, estimate_tokens
+from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import no_token_source
+from gateway.providers.embeddings import EmbeddingsCall
+from gateway.providers.embeddings import Part
+from gateway.providers.embeddings import PartResult
+from gateway.providers.embeddings import estimate_tokens
 from gateway.providers.mock.config import MockProvider
 from gateway.providers.openai.embeddings import parse_openai
-from gateway.wire.openai_embeddings import (
-    Embedding,
-    EmbeddingsResponse,
-    EmbeddingsUsage,
-    encoder,
-)
+from gateway.wire.openai_embeddings import Embedding
+from gateway.wire.openai_embeddings import EmbeddingsResponse
+from gateway.wire.openai_embeddings import EmbeddingsUsage
+from gateway.wire.openai_embeddings import encoder
 
 DEFAULT_DIMENSIONS = 16
 MAX_DIMENSIONS = 4096

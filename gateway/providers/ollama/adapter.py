@@ -19,32 +19,33 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.config_base import effective_base_url
-from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
-from gateway.providers.base import (
-    AdapterDefaults,
-    Translated,
-    UnaryResult,
-    UpstreamCall,
-    UpstreamRequest,
-    excerpt_error,
-    status_error,
-)
+from gateway.errors import UpstreamError
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamStreamError
+from gateway.providers.base import AdapterDefaults
+from gateway.providers.base import Translated
+from gateway.providers.base import UnaryResult
+from gateway.providers.base import UpstreamCall
+from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import excerpt_error
+from gateway.providers.base import status_error
 from gateway.providers.ollama.config import OllamaProvider
 from gateway.providers.ollama.request import build_body
-from gateway.providers.translate import ChunkTranslator, answer_message, chat_finish, one_choice
+from gateway.providers.translate import ChunkTranslator
+from gateway.providers.translate import answer_message
+from gateway.providers.translate import chat_finish
+from gateway.providers.translate import one_choice
 from gateway.wire import DECODE_ERRORS
 from gateway.wire import ollama as o
-from gateway.wire.openai_chat import (
-    UNSET,
-    ChatCompletion,
-    Delta,
-    FunctionCall,
-    FunctionDelta,
-    ToolCall,
-    ToolCallDelta,
-    Usage,
-    encoder,
-)
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatCompletion
+from gateway.wire.openai_chat import Delta
+from gateway.wire.openai_chat import FunctionCall
+from gateway.wire.openai_chat import FunctionDelta
+from gateway.wire.openai_chat import ToolCall
+from gateway.wire.openai_chat import ToolCallDelta
+from gateway.wire.openai_chat import Usage
+from gateway.wire.openai_chat import encoder
 
 
 def finish_reason(done_reason: str, made_calls: bool) -> str:

@@ -11,8 +11,13 @@ from collections.abc import Mapping
 import msgspec
 
 from gateway.config_base import effective_base_url
-from gateway.providers.base import UpstreamRequest, no_token_source
-from gateway.providers.embeddings import EmbeddingsCall, Part, PartResult, decode_json, texts_of
+from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import no_token_source
+from gateway.providers.embeddings import EmbeddingsCall
+from gateway.providers.embeddings import Part
+from gateway.providers.embeddings import PartResult
+from gateway.providers.embeddings import decode_json
+from gateway.providers.embeddings import texts_of
 from gateway.providers.ollama.config import OllamaProvider
 
 

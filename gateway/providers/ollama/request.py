@@ -18,14 +18,13 @@ from msgspec import UNSET
 
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
-from gateway.providers.translate import (
-    arguments_object,
-    copy_sampling,
-    given,
-    refuse_beyond_one_text_choice,
-)
+from gateway.providers.translate import arguments_object
+from gateway.providers.translate import copy_sampling
+from gateway.providers.translate import given
+from gateway.providers.translate import refuse_beyond_one_text_choice
 from gateway.wire import ollama as o
-from gateway.wire.openai_chat import ChatRequest, Message
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import Message
 
 # reasoning_effort -> Ollama `think`: levels go through as strings (gpt-oss uses them;
 # other thinking models take any level as "on"), `none` turns thinking off.

@@ -16,33 +16,32 @@ from collections.abc import Mapping
 import msgspec
 
 from gateway.config_base import effective_base_url
-from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamStreamError
+from gateway.errors import UpstreamError
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamStreamError
 from gateway.framing.sse import SSEEvent
-from gateway.providers.base import (
-    AdapterDefaults,
-    ResetHeaders,
-    StreamTranslator,
-    Translated,
-    UnaryResult,
-    UpstreamCall,
-    UpstreamRequest,
-    excerpt_error,
-    status_error,
-)
+from gateway.providers.base import AdapterDefaults
+from gateway.providers.base import ResetHeaders
+from gateway.providers.base import StreamTranslator
+from gateway.providers.base import Translated
+from gateway.providers.base import UnaryResult
+from gateway.providers.base import UpstreamCall
+from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import excerpt_error
+from gateway.providers.base import status_error
 from gateway.providers.openai.config import OpenAIProvider
-from gateway.providers.openai.responses import ResponsesStreamTranslator, responses_unary_result
+from gateway.providers.openai.responses import ResponsesStreamTranslator
+from gateway.providers.openai.responses import responses_unary_result
 from gateway.providers.openai.responses_request import responses_body
 from gateway.providers.translate import chat_finish
 from gateway.wire import DECODE_ERRORS
-from gateway.wire.openai_chat import (
-    UNSET,
-    ErrorDetail,
-    FinishOnly,
-    chunk_decoder,
-    completion_usage_decoder,
-    encoder,
-    error_body_decoder,
-)
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ErrorDetail
+from gateway.wire.openai_chat import FinishOnly
+from gateway.wire.openai_chat import chunk_decoder
+from gateway.wire.openai_chat import completion_usage_decoder
+from gateway.wire.openai_chat import encoder
+from gateway.wire.openai_chat import error_body_decoder
 
 _DONE = b"[DONE]"
 _LF = 10  # ord("\n"): an int needle is a plain memchr

@@ -16,16 +16,16 @@ from msgspec import UNSET
 
 from gateway.config_base import effective_base_url
 from gateway.errors import UpstreamProtocolError
-from gateway.providers.base import UpstreamRequest, no_token_source
-from gateway.providers.embeddings import (
-    EmbeddingsCall,
-    Part,
-    PartResult,
-    decode_json,
-    floats_of_base64,
-)
+from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import no_token_source
+from gateway.providers.embeddings import EmbeddingsCall
+from gateway.providers.embeddings import Part
+from gateway.providers.embeddings import PartResult
+from gateway.providers.embeddings import decode_json
+from gateway.providers.embeddings import floats_of_base64
 from gateway.providers.openai.config import OpenAIProvider
-from gateway.wire.openai_embeddings import encoder, upstream_decoder
+from gateway.wire.openai_embeddings import encoder
+from gateway.wire.openai_embeddings import upstream_decoder
 
 
 def upstream_body(call: EmbeddingsCall) -> bytes:

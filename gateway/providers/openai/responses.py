@@ -26,33 +26,35 @@ adapter's (`openai.py`, `azure.py`). The rules of the translation:
 
 from __future__ import annotations
 
-from gateway.errors import UpstreamProtocolError, UpstreamStreamError
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamStreamError
 from gateway.framing.sse import SSEEvent
-from gateway.providers.base import Translated, UnaryResult, UpstreamCall
-from gateway.providers.translate import ChunkTranslator, answer_message, chat_finish, one_choice
+from gateway.providers.base import Translated
+from gateway.providers.base import UnaryResult
+from gateway.providers.base import UpstreamCall
+from gateway.providers.translate import ChunkTranslator
+from gateway.providers.translate import answer_message
+from gateway.providers.translate import chat_finish
+from gateway.providers.translate import one_choice
 from gateway.wire import DECODE_ERRORS
-from gateway.wire.openai_chat import (
-    ChatCompletion,
-    CompletionTokensDetails,
-    Delta,
-    FunctionCall,
-    FunctionDelta,
-    PromptTokensDetails,
-    ToolCall,
-    ToolCallDelta,
-    Usage,
-    encoder,
-)
-from gateway.wire.openai_responses import (
-    ResponseErrorInfo,
-    ResponseHead,
-    ResponsesUsage,
-    StreamItem,
-    event_decoder,
-    event_type_decoder,
-    response_decoder,
-    response_head_decoder,
-)
+from gateway.wire.openai_chat import ChatCompletion
+from gateway.wire.openai_chat import CompletionTokensDetails
+from gateway.wire.openai_chat import Delta
+from gateway.wire.openai_chat import FunctionCall
+from gateway.wire.openai_chat import FunctionDelta
+from gateway.wire.openai_chat import PromptTokensDetails
+from gateway.wire.openai_chat import ToolCall
+from gateway.wire.openai_chat import ToolCallDelta
+from gateway.wire.openai_chat import Usage
+from gateway.wire.openai_chat import encoder
+from gateway.wire.openai_responses import ResponseErrorInfo
+from gateway.wire.openai_responses import ResponseHead
+from gateway.wire.openai_responses import ResponsesUsage
+from gateway.wire.openai_responses import StreamItem
+from gateway.wire.openai_responses import event_decoder
+from gateway.wire.openai_responses import event_type_decoder
+from gateway.wire.openai_responses import response_decoder
+from gateway.wire.openai_responses import response_head_decoder
 
 # error codes of a failed response that another attempt may not get
 RETRYABLE_CODES = frozenset(

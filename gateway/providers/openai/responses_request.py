@@ -26,7 +26,9 @@ from msgspec import UNSET
 
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
-from gateway.wire.openai_chat import ChatRequest, Message, Tool
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import Message
+from gateway.wire.openai_chat import Tool
 
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 

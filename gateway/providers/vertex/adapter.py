@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from gateway.config_base import ProviderKey
 from gateway.errors import UpstreamConnectError
-from gateway.providers.base import GoogleServiceAccount, TokenSource, UpstreamCall, UpstreamRequest
+from gateway.providers.base import GoogleServiceAccount
+from gateway.providers.base import TokenSource
+from gateway.providers.base import UpstreamCall
+from gateway.providers.base import UpstreamRequest
 from gateway.providers.gemini.adapter import GeminiAdapter
-from gateway.providers.vertex.config import VertexKey, VertexProvider
+from gateway.providers.vertex.config import VertexKey
+from gateway.providers.vertex.config import VertexProvider
 
 
 def service_account(key: ProviderKey | None) -> GoogleServiceAccount:

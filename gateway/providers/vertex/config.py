@@ -9,8 +9,11 @@ from urllib.parse import quote
 
 import msgspec
 
-from gateway.config_base import ProviderBase, ProviderKey, effective_base_url
-from gateway.config_parse import Path, Problem
+from gateway.config_base import ProviderBase
+from gateway.config_base import ProviderKey
+from gateway.config_base import effective_base_url
+from gateway.config_parse import Path
+from gateway.config_parse import Problem
 
 
 class VertexKey(ProviderKey, forbid_unknown_fields=True, kw_only=True, frozen=True):

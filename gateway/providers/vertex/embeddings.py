@@ -19,15 +19,13 @@ import msgspec
 
 from gateway.config_base import ProviderKey
 from gateway.errors import UpstreamConnectError
-from gateway.providers.base import TokenSource, UpstreamRequest
-from gateway.providers.embeddings import (
-    EmbeddingsCall,
-    Part,
-    PartResult,
-    batches,
-    decode_json,
-    texts_of,
-)
+from gateway.providers.base import TokenSource
+from gateway.providers.embeddings import EmbeddingsCall
+from gateway.providers.embeddings import Part
+from gateway.providers.embeddings import PartResult
+from gateway.providers.embeddings import batched_parts
+from gateway.providers.embeddings import decode_json
+from gateway.providers.embeddings import texts_of
 from gateway.providers.gemini.embeddings import model_path
 from gateway.providers.vertex.adapter import service_account
 from gateway.providers.vertex.config import VertexProvider
@@ -94,13 +92,15 @@ class VertexAIEmbeddings:
         parameters = None
         if call.dimensions is not None:
             parameters = VertexParameters(output_dimensionality=call.dimensions)
-        parts = []
-        for start, count in batches(len(texts), size):
-            instances = [VertexInstance(text) for text in texts[start : start + count]]
-            body = _encoder.encode(VertexPredictRequest(instances, parameters))
-            request = UpstreamRequest(url=url, headers=dict(headers), body=body)
-            parts.append(Part(request=request, start=start, count=count))
-        return parts
+        return batched_parts(
+            texts,
+            size,
+            url,
+            headers,
+            lambda batch: _encoder.encode(
+                VertexPredictRequest([VertexInstance(text) for text in batch], parameters)
+            ),
+        )
 
     def parse(
         self, call: EmbeddingsCall, part: Part, body: bytes, headers: Mapping[str, str]
