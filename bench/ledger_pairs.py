@@ -16,7 +16,11 @@ import tempfile
 import time
 
 from gateway.accounting.keys import budget_windows
-from gateway.store.ledger import Admission, Charge, KeyRecord, Ledger, make_ledger
+from gateway.store.ledger import Admission
+from gateway.store.ledger import Charge
+from gateway.store.ledger import KeyRecord
+from gateway.store.ledger import Ledger
+from gateway.store.ledger import make_ledger
 
 KEY = KeyRecord(id="k", name="k", secret_hash="h", budget_nanos=10**18, rpm=10**9, tpm=10**12)
 

@@ -29,23 +29,33 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from dataclasses import asdict
+from dataclasses import dataclass
+from datetime import UTC
+from datetime import datetime
 from pathlib import Path
 from types import FrameType
 
 from bench.fake_upstream import TOKEN
-from bench.load_full import (
-    AdminError,
-    accounting_report,
-    create_key,
-    full_config,
-    metrics_report,
-    redis_argv,
-)
-from bench.load_procs import Pinning, Service, free_port, wait_healthy, wait_idle
-from bench.load_report import REPO, Cell, machine_info, render_table, write_results
-from bench.load_wrk import WrkRun, run_wrk, wrk_version
+from bench.load_full import AdminError
+from bench.load_full import accounting_report
+from bench.load_full import create_key
+from bench.load_full import full_config
+from bench.load_full import metrics_report
+from bench.load_full import redis_argv
+from bench.load_procs import Pinning
+from bench.load_procs import Service
+from bench.load_procs import free_port
+from bench.load_procs import wait_healthy
+from bench.load_procs import wait_idle
+from bench.load_report import REPO
+from bench.load_report import Cell
+from bench.load_report import machine_info
+from bench.load_report import render_table
+from bench.load_report import write_results
+from bench.load_wrk import WrkRun
+from bench.load_wrk import run_wrk
+from bench.load_wrk import wrk_version
 
 MODES = ("non-stream", "stream")
 GATEWAY_MODEL = "bench"

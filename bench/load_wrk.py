@@ -6,7 +6,9 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 
 LUA_SCRIPT = Path(__file__).with_name("wrk_chat.lua")

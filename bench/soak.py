@@ -31,14 +31,18 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.upstreams.faulty_upstream import TOOLS, FaultyUpstream
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.upstreams.faulty_upstream import TOOLS
+from tests.upstreams.faulty_upstream import FaultyUpstream
 from tests.upstreams.openai_upstream import FakeOpenAI
 
 MASTER = "sk-soak-master"

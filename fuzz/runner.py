@@ -39,7 +39,8 @@ def corpus_dir(path: Path, seeds: list[bytes]) -> Path:
 
 def main(name: str) -> None:
     with atheris.instrument_imports(include=list(INSTRUMENTED)):
-        from tests.fuzz.targets import TARGETS, corpus
+        from tests.fuzz.targets import TARGETS
+        from tests.fuzz.targets import corpus
 
     target = TARGETS[name]
     flags = [a for a in sys.argv[1:] if a.startswith("-")]

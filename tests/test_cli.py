@@ -8,7 +8,8 @@ from typing import get_args
 import pytest
 
 from gateway.cli import main
-from gateway.providers.registry import ProviderConfig, supported_kinds
+from gateway.providers.registry import ProviderConfig
+from gateway.providers.registry import supported_kinds
 
 REPO = Path(__file__).resolve().parents[1]
 

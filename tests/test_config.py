@@ -13,23 +13,22 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from gateway.config import (
-    Config,
-    ConfigError,
-    ModelConfig,
-    ProviderBase,
-    ProviderConfig,
-    ProviderKey,
-    Secret,
-    StoreConfig,
-    Target,
-    check_config,
-    default_config,
-    effective_base_url,
-    load_config,
-    parse_config,
-)
-from gateway.config_parse import format_path, interpolate
+from gateway.config import Config
+from gateway.config import ConfigError
+from gateway.config import ModelConfig
+from gateway.config import ProviderBase
+from gateway.config import ProviderConfig
+from gateway.config import ProviderKey
+from gateway.config import Secret
+from gateway.config import StoreConfig
+from gateway.config import Target
+from gateway.config import check_config
+from gateway.config import default_config
+from gateway.config import effective_base_url
+from gateway.config import load_config
+from gateway.config import parse_config
+from gateway.config_parse import format_path
+from gateway.config_parse import interpolate
 from gateway.providers.registry import provider_config
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
-from packaging.utils import NormalizedName, canonicalize_name
+from packaging.utils import NormalizedName
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from tests.deploy.test_dockerfile import dockerignore_excludes

@@ -7,7 +7,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.fixtures import FIXTURES, REPO_ROOT
+from tests.fixtures import FIXTURES
+from tests.fixtures import REPO_ROOT
 
 HERE = Path(__file__).resolve()
 

@@ -39,7 +39,10 @@ import aiohttp
 import msgspec
 
 from bench.fake_upstream import Responses
-from bench.load_procs import Pinning, Service, free_port, wait_healthy
+from bench.load_procs import Pinning
+from bench.load_procs import Service
+from bench.load_procs import free_port
+from bench.load_procs import wait_healthy
 from bench.load_report import REPO
 from bench.load_wrk import run_wrk
 

@@ -35,9 +35,17 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.load import GATEWAY_MODEL, UPSTREAM_MODEL, check_answer, gateway_config, request_body
-from bench.load_full import create_key, full_config
-from bench.load_procs import Pinning, Service, free_port, wait_healthy
+from bench.load import GATEWAY_MODEL
+from bench.load import UPSTREAM_MODEL
+from bench.load import check_answer
+from bench.load import gateway_config
+from bench.load import request_body
+from bench.load_full import create_key
+from bench.load_full import full_config
+from bench.load_procs import Pinning
+from bench.load_procs import Service
+from bench.load_procs import free_port
+from bench.load_procs import wait_healthy
 from bench.load_report import REPO
 from bench.load_wrk import run_wrk
 

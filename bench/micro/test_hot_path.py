@@ -18,14 +18,20 @@ from typing import Any
 
 import pytest
 
-from bench.micro.streams import CALLS, Stream, openai_stream
-from gateway.framing.sse import DONE, SSEDecoder, SSEEvent
+from bench.micro.streams import CALLS
+from bench.micro.streams import Stream
+from bench.micro.streams import openai_stream
+from gateway.framing.sse import DONE
+from gateway.framing.sse import SSEDecoder
+from gateway.framing.sse import SSEEvent
 from gateway.providers.base import Translated
 from gateway.providers.openai.adapter import ChatStreamTranslator
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.pipeline import ChunkPipeline
-from gateway.wire.openai_chat import UNSET, ChatChunk, chunk_decoder
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import chunk_decoder
 from tests.fixtures import FIXTURES
 
 PerEvent = Callable[[int], None]

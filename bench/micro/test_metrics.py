@@ -22,7 +22,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -32,9 +33,14 @@ import pytest
 from prometheus_client import values as prometheus_values
 
 from gateway.config import parse_config
-from gateway.observability.access import RequestRecord, access_line, count_request
-from gateway.observability.logs import ACCESS_LOGGER, configure_logging
-from gateway.observability.metrics import DURATION_BUCKETS, OVERHEAD_BUCKETS, GatewayMetrics
+from gateway.observability.access import RequestRecord
+from gateway.observability.access import access_line
+from gateway.observability.access import count_request
+from gateway.observability.logs import ACCESS_LOGGER
+from gateway.observability.logs import configure_logging
+from gateway.observability.metrics import DURATION_BUCKETS
+from gateway.observability.metrics import OVERHEAD_BUCKETS
+from gateway.observability.metrics import GatewayMetrics
 from gateway.stream.actor import StreamActor
 
 ROUTE = "/v1/chat/completions"

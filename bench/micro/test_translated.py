@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from bench.micro.test_hot_path import PerEvent, client_calls, decode_all
+from bench.micro.test_hot_path import PerEvent
+from bench.micro.test_hot_path import client_calls
+from bench.micro.test_hot_path import decode_all
 from gateway.framing.sse import SSEDecoder
 from gateway.providers.anthropic.adapter import AnthropicStreamTranslator
 from gateway.stream.accumulator import StreamAccumulator

@@ -18,15 +18,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.accounting.inprocess import (
-    INPUT,
-    MASTER,
-    OUTPUT,
-    accounting_gateway,
-    bearer,
-    config_text,
-)
-from tests.e2e.conftest import start_gateway, stop_gateway
+from tests.accounting.inprocess import INPUT
+from tests.accounting.inprocess import MASTER
+from tests.accounting.inprocess import OUTPUT
+from tests.accounting.inprocess import accounting_gateway
+from tests.accounting.inprocess import bearer
+from tests.accounting.inprocess import config_text
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
 from tests.redis_server import RedisServer
 from tests.upstreams.openai_upstream import FakeOpenAI
 

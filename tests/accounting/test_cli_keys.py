@@ -11,7 +11,9 @@ import aiohttp
 import pytest
 
 from gateway.cli import main
-from tests.accounting.inprocess import accounting_gateway, bearer, config_text
+from tests.accounting.inprocess import accounting_gateway
+from tests.accounting.inprocess import bearer
+from tests.accounting.inprocess import config_text
 from tests.upstreams.openai_upstream import FakeOpenAI
 
 CHAT = {"model": "priced", "messages": [{"role": "user", "content": "hi"}]}

@@ -18,16 +18,14 @@ from aiohttp.test_utils import TestServer
 
 from gateway.app import build_app
 from gateway.config import parse_config
-from tests.accounting.inprocess import (
-    INPUT,
-    MASTER,
-    OUTPUT,
-    accounting_gateway,
-    bearer,
-    config_text,
-    micro_cost,
-    new_key,
-)
+from tests.accounting.inprocess import INPUT
+from tests.accounting.inprocess import MASTER
+from tests.accounting.inprocess import OUTPUT
+from tests.accounting.inprocess import accounting_gateway
+from tests.accounting.inprocess import bearer
+from tests.accounting.inprocess import config_text
+from tests.accounting.inprocess import micro_cost
+from tests.accounting.inprocess import new_key
 from tests.upstreams.openai_upstream import FakeOpenAI
 
 CHAT = "/v1/chat/completions"

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 
 import pytest
 
-from gateway.accounting.keys import (
-    NewKey,
-    budget_windows,
-    hash_secret,
-    key_view,
-    make_key,
-    static_keys,
-)
+from gateway.accounting.keys import NewKey
+from gateway.accounting.keys import budget_windows
+from gateway.accounting.keys import hash_secret
+from gateway.accounting.keys import key_view
+from gateway.accounting.keys import make_key
+from gateway.accounting.keys import static_keys
 from gateway.config import parse_config
 from gateway.errors import BadRequest
 

@@ -4,13 +4,18 @@ admission verdicts, reservations, settling, windows, keys and spend."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gateway.accounting.keys import budget_windows
-from gateway.store.ledger import Admission, Charge, KeyRecord, Ledger, make_ledger
+from gateway.store.ledger import Admission
+from gateway.store.ledger import Charge
+from gateway.store.ledger import KeyRecord
+from gateway.store.ledger import Ledger
+from gateway.store.ledger import make_ledger
 from gateway.store.memory_ledger import MemoryLedger
 from tests.redis_server import RedisServer
 

@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import json
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP
+from decimal import Decimal
 from importlib import resources
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.accounting.prices import (
-    FREE,
-    ModelPrice,
-    PriceTable,
-    cost_nanos,
-    most_cost_nanos,
-    nanos_of_usd,
-    usd_text,
-)
+from gateway.accounting.prices import FREE
+from gateway.accounting.prices import ModelPrice
+from gateway.accounting.prices import PriceTable
+from gateway.accounting.prices import cost_nanos
+from gateway.accounting.prices import most_cost_nanos
+from gateway.accounting.prices import nanos_of_usd
+from gateway.accounting.prices import usd_text
 from gateway.config import Price
-from gateway.wire.openai_chat import CompletionTokensDetails, PromptTokensDetails, Usage
+from gateway.wire.openai_chat import CompletionTokensDetails
+from gateway.wire.openai_chat import PromptTokensDetails
+from gateway.wire.openai_chat import Usage
 
 TABLE = PriceTable.shipped()
 

@@ -10,7 +10,10 @@ import pytest
 from redis.asyncio.client import Pipeline
 
 from gateway.store.redis_ledger import RedisLedger
-from tests.accounting.test_ledger_contract import NOW, ask, charge, key
+from tests.accounting.test_ledger_contract import NOW
+from tests.accounting.test_ledger_contract import ask
+from tests.accounting.test_ledger_contract import charge
+from tests.accounting.test_ledger_contract import key
 from tests.redis_server import RedisServer
 
 

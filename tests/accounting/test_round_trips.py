@@ -13,8 +13,15 @@ import pytest
 
 from gateway.accounting.keys import budget_windows
 from gateway.accounting.service import ACCOUNTING
-from gateway.store.ledger import Admission, Charge, KeyRecord, Ledger, make_ledger
-from tests.accounting.inprocess import MASTER, STATIC, accounting_gateway, bearer
+from gateway.store.ledger import Admission
+from gateway.store.ledger import Charge
+from gateway.store.ledger import KeyRecord
+from gateway.store.ledger import Ledger
+from gateway.store.ledger import make_ledger
+from tests.accounting.inprocess import MASTER
+from tests.accounting.inprocess import STATIC
+from tests.accounting.inprocess import accounting_gateway
+from tests.accounting.inprocess import bearer
 
 BODIES: list[dict[str, Any]] = [
     {"model": "priced", "messages": [{"role": "user", "content": "hi"}]},

@@ -12,14 +12,12 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from tests.accounting.inprocess import (
-    MASTER,
-    STATIC,
-    accounting_gateway,
-    bearer,
-    micro_cost,
-    new_key,
-)
+from tests.accounting.inprocess import MASTER
+from tests.accounting.inprocess import STATIC
+from tests.accounting.inprocess import accounting_gateway
+from tests.accounting.inprocess import bearer
+from tests.accounting.inprocess import micro_cost
+from tests.accounting.inprocess import new_key
 
 CHAT = "/v1/chat/completions"
 

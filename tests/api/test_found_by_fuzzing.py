@@ -13,7 +13,8 @@ import msgspec
 import pytest
 from aiohttp.test_utils import TestServer
 
-from gateway.accounting.keys import NewKey, make_key
+from gateway.accounting.keys import NewKey
+from gateway.accounting.keys import make_key
 from gateway.app import build_app
 from gateway.config import parse_config
 from gateway.errors import BadRequest

@@ -22,17 +22,20 @@ from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
-from schemathesis import Case, CheckContext, Response
+from hypothesis import HealthCheck
+from hypothesis import settings
+from schemathesis import Case
+from schemathesis import CheckContext
+from schemathesis import Response
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
+from schemathesis.specs.openapi.checks import content_type_conformance
+from schemathesis.specs.openapi.checks import response_schema_conformance
+from schemathesis.specs.openapi.checks import status_code_conformance
 
 from tests.api.error_shapes import error_shape_problem
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
 from tests.upstreams.anthropic_upstream import FakeAnthropic
 from tests.upstreams.openai_upstream import FakeOpenAI
 

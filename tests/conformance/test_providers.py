@@ -20,16 +20,16 @@ import openai
 import pytest
 from langchain_openai import ChatOpenAI
 
-from tests.conformance.table import (
-    Provider,
-    check_anthropic_history,
-    check_bedrock_history,
-    check_gemini_history,
-    check_ollama_history,
-    check_openai_history,
-    rows,
-)
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
+from tests.conformance.table import Provider
+from tests.conformance.table import check_anthropic_history
+from tests.conformance.table import check_bedrock_history
+from tests.conformance.table import check_gemini_history
+from tests.conformance.table import check_ollama_history
+from tests.conformance.table import check_openai_history
+from tests.conformance.table import rows
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
 from tests.upstreams.anthropic_upstream import FakeAnthropic
 from tests.upstreams.azure_upstream import FakeAzure
 from tests.upstreams.bedrock_upstream import FakeBedrock

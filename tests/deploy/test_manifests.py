@@ -18,9 +18,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gateway.config import Config, parse_config
+from gateway.config import Config
+from gateway.config import parse_config
 from gateway.server.runner import LAST_REQUESTS_GRACE_S
-from tests.deploy.kustomize import Obj, render
+from tests.deploy.kustomize import Obj
+from tests.deploy.kustomize import render
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAY = ROOT / "deploy/k8s/overlays/example"

@@ -21,9 +21,14 @@ import pytest
 from dockerfile_parse import DockerfileParser
 
 from tests.deploy.kustomize import render
-from tests.deploy.test_manifests import OVERLAY, config_text, gateway_container, secret_env
-from tests.e2e.conftest import free_port, wait_healthy
-from tests.redis_server import RedisServer, redis_server
+from tests.deploy.test_manifests import OVERLAY
+from tests.deploy.test_manifests import config_text
+from tests.deploy.test_manifests import gateway_container
+from tests.deploy.test_manifests import secret_env
+from tests.e2e.conftest import free_port
+from tests.e2e.conftest import wait_healthy
+from tests.redis_server import RedisServer
+from tests.redis_server import redis_server
 
 __all__ = ["redis_server"]  # the fixture, used by name
 

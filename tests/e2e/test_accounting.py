@@ -14,7 +14,9 @@ from typing import Any
 import openai
 import pytest
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
 from tests.upstreams.anthropic_upstream import FakeAnthropic
 from tests.upstreams.embeddings_upstream import FakeEmbeddings
 from tests.upstreams.gemini_upstream import FakeGemini

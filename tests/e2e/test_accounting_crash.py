@@ -14,7 +14,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
 from tests.upstreams.openai_upstream import FakeOpenAI
 
 MASTER = "sk-master-crash-e2e"

@@ -12,15 +12,16 @@ import openai
 import pytest
 from langchain_openai import ChatOpenAI
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.e2e.test_errors import error_of, post
-from tests.upstreams.anthropic_upstream import (
-    OUTPUT_TOKENS,
-    TEXT_PIECES,
-    TOOL_ARGS,
-    USAGE_IN,
-    FakeAnthropic,
-)
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.e2e.test_errors import error_of
+from tests.e2e.test_errors import post
+from tests.upstreams.anthropic_upstream import OUTPUT_TOKENS
+from tests.upstreams.anthropic_upstream import TEXT_PIECES
+from tests.upstreams.anthropic_upstream import TOOL_ARGS
+from tests.upstreams.anthropic_upstream import USAGE_IN
+from tests.upstreams.anthropic_upstream import FakeAnthropic
 
 pytestmark = pytest.mark.e2e
 

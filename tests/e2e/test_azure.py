@@ -9,8 +9,12 @@ from typing import Any
 import openai
 import pytest
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.upstreams.azure_upstream import MODEL_VERSION, USAGE, FakeAzure
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.upstreams.azure_upstream import MODEL_VERSION
+from tests.upstreams.azure_upstream import USAGE
+from tests.upstreams.azure_upstream import FakeAzure
 from tests.upstreams.openai_upstream import TEXT_PIECES
 
 pytestmark = pytest.mark.e2e

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,13 @@ import openai
 import pytest
 
 from gateway.providers.bedrock.sigv4 import sign
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.upstreams.bedrock_upstream import TEXT_PIECES, TOOL_ARGS, USAGE, FakeBedrock
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.upstreams.bedrock_upstream import TEXT_PIECES
+from tests.upstreams.bedrock_upstream import TOOL_ARGS
+from tests.upstreams.bedrock_upstream import USAGE
+from tests.upstreams.bedrock_upstream import FakeBedrock
 
 pytestmark = pytest.mark.e2e
 

@@ -22,22 +22,23 @@ import random
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.upstreams.faulty_upstream import (
-    CALLS,
-    FAILURES,
-    TEXT,
-    TOOLS,
-    FaultyUpstream,
-    Scripts,
-)
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.upstreams.faulty_upstream import CALLS
+from tests.upstreams.faulty_upstream import FAILURES
+from tests.upstreams.faulty_upstream import TEXT
+from tests.upstreams.faulty_upstream import TOOLS
+from tests.upstreams.faulty_upstream import FaultyUpstream
+from tests.upstreams.faulty_upstream import Scripts
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,10 @@ from langchain_openai import ChatOpenAI
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
 from tests.e2e.conftest import Gateway
-from tests.upstreams.openai_upstream import CALL_NAMES, EXPECTED_ARGS, TEXT_PIECES, FakeOpenAI
+from tests.upstreams.openai_upstream import CALL_NAMES
+from tests.upstreams.openai_upstream import EXPECTED_ARGS
+from tests.upstreams.openai_upstream import TEXT_PIECES
+from tests.upstreams.openai_upstream import FakeOpenAI
 
 TOOLS: list[Any] = [
     {

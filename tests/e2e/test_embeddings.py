@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -14,8 +15,12 @@ import openai
 import pytest
 
 from gateway.providers.bedrock.sigv4 import sign
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.upstreams.embeddings_upstream import FakeEmbeddings, fake_tokens, fake_vector
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.upstreams.embeddings_upstream import FakeEmbeddings
+from tests.upstreams.embeddings_upstream import fake_tokens
+from tests.upstreams.embeddings_upstream import fake_vector
 from tests.vertex_credentials import service_account_file
 
 pytestmark = pytest.mark.e2e

@@ -16,8 +16,14 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.upstreams.faulty_upstream import CALLS, TEXT, TEXT_PIECES, TOOLS, FaultyUpstream
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.upstreams.faulty_upstream import CALLS
+from tests.upstreams.faulty_upstream import TEXT
+from tests.upstreams.faulty_upstream import TEXT_PIECES
+from tests.upstreams.faulty_upstream import TOOLS
+from tests.upstreams.faulty_upstream import FaultyUpstream
 
 pytestmark = pytest.mark.e2e
 

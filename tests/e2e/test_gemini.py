@@ -10,8 +10,13 @@ import openai
 import pytest
 from langchain_openai import ChatOpenAI
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.upstreams.gemini_upstream import CALLS, MODEL_VERSION, TEXT_PIECES, FakeGemini
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.upstreams.gemini_upstream import CALLS
+from tests.upstreams.gemini_upstream import MODEL_VERSION
+from tests.upstreams.gemini_upstream import TEXT_PIECES
+from tests.upstreams.gemini_upstream import FakeGemini
 
 KEY = "gk-test"
 TOOLS: list[Any] = [

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Gateway, gateway_config, start_gateway, stop_gateway
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import gateway_config
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
 from tests.upstreams.openai_upstream import FakeOpenAI
 
 CHAT = [{"role": "user", "content": "hi"}]

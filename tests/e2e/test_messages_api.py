@@ -14,9 +14,15 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.upstreams import anthropic_upstream, gemini_upstream, ollama_upstream, openai_upstream
-from tests.upstreams.anthropic_upstream import FakeAnthropic, count_of
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.upstreams import anthropic_upstream
+from tests.upstreams import gemini_upstream
+from tests.upstreams import ollama_upstream
+from tests.upstreams import openai_upstream
+from tests.upstreams.anthropic_upstream import FakeAnthropic
+from tests.upstreams.anthropic_upstream import count_of
 from tests.upstreams.gemini_upstream import FakeGemini
 from tests.upstreams.ollama_upstream import FakeOllama
 from tests.upstreams.openai_upstream import FakeOpenAI

@@ -14,9 +14,14 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.upstreams import anthropic_upstream, openai_upstream
-from tests.upstreams.anthropic_upstream import SIGNATURE, FakeAnthropic, scenario_events
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.upstreams import anthropic_upstream
+from tests.upstreams import openai_upstream
+from tests.upstreams.anthropic_upstream import SIGNATURE
+from tests.upstreams.anthropic_upstream import FakeAnthropic
+from tests.upstreams.anthropic_upstream import scenario_events
 from tests.upstreams.openai_upstream import FakeOpenAI
 
 pytestmark = pytest.mark.e2e

@@ -9,16 +9,16 @@ from typing import Any
 import openai
 import pytest
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.upstreams.ollama_upstream import (
-    CALL_IDS,
-    CALLS,
-    ERROR,
-    EVAL_TOKENS,
-    PROMPT_TOKENS,
-    TEXT_PIECES,
-    FakeOllama,
-)
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.upstreams.ollama_upstream import CALL_IDS
+from tests.upstreams.ollama_upstream import CALLS
+from tests.upstreams.ollama_upstream import ERROR
+from tests.upstreams.ollama_upstream import EVAL_TOKENS
+from tests.upstreams.ollama_upstream import PROMPT_TOKENS
+from tests.upstreams.ollama_upstream import TEXT_PIECES
+from tests.upstreams.ollama_upstream import FakeOllama
 
 TOOLS: list[Any] = [
     {

@@ -13,13 +13,21 @@ from typing import Any
 import openai
 import pytest
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.e2e.test_errors import error_of, post
-from tests.upstreams import anthropic_upstream, gemini_upstream, ollama_upstream, openai_upstream
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.e2e.test_errors import error_of
+from tests.e2e.test_errors import post
+from tests.upstreams import anthropic_upstream
+from tests.upstreams import gemini_upstream
+from tests.upstreams import ollama_upstream
+from tests.upstreams import openai_upstream
 from tests.upstreams.anthropic_upstream import FakeAnthropic
 from tests.upstreams.gemini_upstream import FakeGemini
 from tests.upstreams.ollama_upstream import FakeOllama
-from tests.upstreams.openai_responses_upstream import RESPONSE_ID, FakeResponses, script
+from tests.upstreams.openai_responses_upstream import RESPONSE_ID
+from tests.upstreams.openai_responses_upstream import FakeResponses
+from tests.upstreams.openai_responses_upstream import script
 from tests.upstreams.openai_upstream import FakeOpenAI
 
 pytestmark = pytest.mark.e2e

@@ -13,15 +13,16 @@ import anthropic
 import openai
 import pytest
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.upstreams.openai_responses_upstream import (
-    PARALLEL,
-    TEXT,
-    USAGE,
-    FakeResponses,
-    call_id,
-)
-from tests.upstreams.openai_upstream import EXPECTED_ARGS, TEXT_PIECES
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.upstreams.openai_responses_upstream import PARALLEL
+from tests.upstreams.openai_responses_upstream import TEXT
+from tests.upstreams.openai_responses_upstream import USAGE
+from tests.upstreams.openai_responses_upstream import FakeResponses
+from tests.upstreams.openai_responses_upstream import call_id
+from tests.upstreams.openai_upstream import EXPECTED_ARGS
+from tests.upstreams.openai_upstream import TEXT_PIECES
 
 pytestmark = pytest.mark.e2e
 

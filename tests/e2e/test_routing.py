@@ -20,7 +20,9 @@ from typing import Any
 import openai
 import pytest
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
 from tests.upstreams.openai_upstream import FakeOpenAI
 
 CHAT: Any = [{"role": "user", "content": "hi"}]

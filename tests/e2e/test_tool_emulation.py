@@ -15,13 +15,13 @@ import openai
 import pytest
 from langchain_openai import ChatOpenAI
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.upstreams.prose_upstream import (
-    REPLIES,
-    USER_ARGS,
-    WEATHER_ARGS,
-    FakeProseModel,
-)
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.upstreams.prose_upstream import REPLIES
+from tests.upstreams.prose_upstream import USER_ARGS
+from tests.upstreams.prose_upstream import WEATHER_ARGS
+from tests.upstreams.prose_upstream import FakeProseModel
 
 SCENARIOS = ["prose", "inline", "fenced", "two-calls", "unknown", "echo"]
 KINDS = ["ol", "oa"]  # the Ollama-native and the OpenAI-compatible provider

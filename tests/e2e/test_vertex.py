@@ -9,8 +9,12 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.upstreams.gemini_upstream import CALLS, TEXT_PIECES, FakeGemini
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.upstreams.gemini_upstream import CALLS
+from tests.upstreams.gemini_upstream import TEXT_PIECES
+from tests.upstreams.gemini_upstream import FakeGemini
 from tests.vertex_credentials import service_account_file
 
 HI = [{"role": "user", "content": "hi"}]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
-from gateway.config import ProviderConfig, ProviderKey
-from gateway.providers.embeddings import EmbeddingsCall, parse_input
+from gateway.config import ProviderConfig
+from gateway.config import ProviderKey
+from gateway.providers.embeddings import EmbeddingsCall
+from gateway.providers.embeddings import parse_input
 
 NOW = datetime(2025, 11, 30, 12, 0, 0, tzinfo=UTC)
 

@@ -12,21 +12,21 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.errors import BadRequest, UpstreamProtocolError
+from gateway.errors import BadRequest
+from gateway.errors import UpstreamProtocolError
 from gateway.providers.base import UpstreamRequest
-from gateway.providers.embeddings import (
-    Inputs,
-    Part,
-    PartResult,
-    batches,
-    estimate_tokens,
-    float32_base64,
-    floats_of_base64,
-    merge,
-    parse_input,
-    render,
-)
-from gateway.providers.registry import embeddings_provider, provider_config
+from gateway.providers.embeddings import Inputs
+from gateway.providers.embeddings import Part
+from gateway.providers.embeddings import PartResult
+from gateway.providers.embeddings import batches
+from gateway.providers.embeddings import estimate_tokens
+from gateway.providers.embeddings import float32_base64
+from gateway.providers.embeddings import floats_of_base64
+from gateway.providers.embeddings import merge
+from gateway.providers.embeddings import parse_input
+from gateway.providers.embeddings import render
+from gateway.providers.registry import embeddings_provider
+from gateway.providers.registry import provider_config
 from tests.embeddings.calls import make_call
 
 MOCK = provider_config(name="m", kind="mock")

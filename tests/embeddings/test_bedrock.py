@@ -6,14 +6,16 @@ import json
 
 import pytest
 
-from gateway.config import ProviderKey, Secret
+from gateway.config import ProviderKey
+from gateway.config import Secret
 from gateway.errors import BadRequest
 from gateway.providers.bedrock.config import BedrockKey
 from gateway.providers.bedrock.embeddings import BedrockEmbeddings
 from gateway.providers.bedrock.sigv4 import sign
 from gateway.providers.embeddings import merge
 from gateway.providers.registry import provider_config
-from tests.embeddings.calls import NOW, make_call
+from tests.embeddings.calls import NOW
+from tests.embeddings.calls import make_call
 
 SIGV4 = BedrockKey(aws_access_key_id=Secret("AKIDEXAMPLE"), aws_secret_access_key=Secret("s3cr3t"))
 BEARER = ProviderKey(key=Secret("bedrock-api-key"))

@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from gateway.config import ProviderKey, Secret
-from gateway.errors import UpstreamConnectError, UpstreamProtocolError
+from gateway.config import ProviderKey
+from gateway.config import Secret
+from gateway.errors import UpstreamConnectError
+from gateway.errors import UpstreamProtocolError
 from gateway.providers.embeddings import merge
 from gateway.providers.gemini.embeddings import GeminiEmbeddings
 from gateway.providers.registry import provider_config

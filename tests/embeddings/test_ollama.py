@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from gateway.config import ProviderKey, Secret
+from gateway.config import ProviderKey
+from gateway.config import Secret
 from gateway.providers.embeddings import merge
 from gateway.providers.ollama.embeddings import OllamaEmbeddings
 from gateway.providers.registry import provider_config

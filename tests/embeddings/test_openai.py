@@ -9,11 +9,16 @@ import struct
 
 import pytest
 
-from gateway.config import ProviderConfig, ProviderKey, Secret
-from gateway.errors import BadRequest, UpstreamProtocolError
+from gateway.config import ProviderConfig
+from gateway.config import ProviderKey
+from gateway.config import Secret
+from gateway.errors import BadRequest
+from gateway.errors import UpstreamProtocolError
 from gateway.providers.azure.embeddings import AzureEmbeddings
 from gateway.providers.embeddings import merge
-from gateway.providers.mock.embeddings import MockEmbeddings, mock_vector, seed_of
+from gateway.providers.mock.embeddings import MockEmbeddings
+from gateway.providers.mock.embeddings import mock_vector
+from gateway.providers.mock.embeddings import seed_of
 from gateway.providers.openai.embeddings import OpenAIEmbeddings
 from gateway.providers.registry import provider_config
 from tests.embeddings.calls import make_call

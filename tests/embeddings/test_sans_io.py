@@ -3,7 +3,9 @@ import, directly or not, does IO, reads a clock or logs (the checker of tests/te
 
 from __future__ import annotations
 
-from tests.test_sans_io import GATEWAY, closure, forbidden_in
+from tests.test_sans_io import GATEWAY
+from tests.test_sans_io import closure
+from tests.test_sans_io import forbidden_in
 
 
 def test_the_embeddings_package_and_its_wire_types_import_nothing_forbidden() -> None:

@@ -5,16 +5,15 @@ from __future__ import annotations
 import itertools
 import json
 
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from gateway.emulation.envelope import (
-    MAX_ENVELOPE_CHARS,
-    EmulatedCall,
-    EnvelopeScanner,
-    Piece,
-    calls_in,
-)
+from gateway.emulation.envelope import MAX_ENVELOPE_CHARS
+from gateway.emulation.envelope import EmulatedCall
+from gateway.emulation.envelope import EnvelopeScanner
+from gateway.emulation.envelope import Piece
+from gateway.emulation.envelope import calls_in
 
 NAMES = frozenset({"get_weather", "get_user"})
 WEATHER = {"city": "Paris", "unit": "celsius"}

@@ -9,7 +9,10 @@ from gateway.emulation.request import ToolEmulation
 from gateway.emulation.translator import EmulatedToolCalls
 from gateway.providers.base import Translated
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.wire.openai_chat import ChatChunk, ChunkChoice, Delta, Usage
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ChunkChoice
+from gateway.wire.openai_chat import Delta
+from gateway.wire.openai_chat import Usage
 
 ENVELOPE = '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}'
 

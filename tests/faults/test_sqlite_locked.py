@@ -24,8 +24,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.faults.load import admin, fd_count, not_recorded, run_load, settled_fd_count
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.faults.load import admin
+from tests.faults.load import fd_count
+from tests.faults.load import not_recorded
+from tests.faults.load import run_load
+from tests.faults.load import settled_fd_count
 from tests.upstreams.openai_upstream import FakeOpenAI
 
 pytestmark = pytest.mark.e2e

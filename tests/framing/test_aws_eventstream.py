@@ -9,15 +9,14 @@ import zlib
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from gateway.errors import FramingError
-from gateway.framing.aws_eventstream import (
-    EventStreamDecoder,
-    EventStreamMessage,
-    encode_message,
-)
+from gateway.framing.aws_eventstream import EventStreamDecoder
+from gateway.framing.aws_eventstream import EventStreamMessage
+from gateway.framing.aws_eventstream import encode_message
 from gateway.framing.registry import make_decoder
 from tests.fixtures import FIXTURES
 

@@ -6,18 +6,17 @@ import itertools
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from gateway.errors import UpstreamProtocolError
-from gateway.framing.http1 import (
-    END,
-    MAX_CHUNK_LINE,
-    MAX_HEAD_BYTES,
-    ResponseHead,
-    ResponseParser,
-    encode_request,
-)
+from gateway.framing.http1 import END
+from gateway.framing.http1 import MAX_CHUNK_LINE
+from gateway.framing.http1 import MAX_HEAD_BYTES
+from gateway.framing.http1 import ResponseHead
+from gateway.framing.http1 import ResponseParser
+from gateway.framing.http1 import encode_request
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 EARLY_HINTS = b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"

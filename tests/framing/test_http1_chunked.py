@@ -9,11 +9,16 @@ import re
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from gateway.errors import UpstreamProtocolError
-from gateway.framing.http1 import END, MAX_CHUNK_LINE, MAX_HEAD_BYTES, ResponseHead, ResponseParser
+from gateway.framing.http1 import END
+from gateway.framing.http1 import MAX_CHUNK_LINE
+from gateway.framing.http1 import MAX_HEAD_BYTES
+from gateway.framing.http1 import ResponseHead
+from gateway.framing.http1 import ResponseParser
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 

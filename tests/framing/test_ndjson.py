@@ -6,7 +6,8 @@ import itertools
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from gateway.errors import FramingError

@@ -8,18 +8,17 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 import gateway.framing.sse as sse_module
 from gateway.errors import FramingError
-from gateway.framing.sse import (
-    DONE,
-    SSEDecoder,
-    SSEEvent,
-    encode_comment,
-    encode_event,
-)
+from gateway.framing.sse import DONE
+from gateway.framing.sse import SSEDecoder
+from gateway.framing.sse import SSEEvent
+from gateway.framing.sse import encode_comment
+from gateway.framing.sse import encode_event
 from tests.fixtures import FIXTURES
 
 BOM = b"\xef\xbb\xbf"

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import msgspec
 
 from gateway.framing.sse import SSEDecoder
-from gateway.wire.openai_chat import ChatChunk, ErrorBody
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ErrorBody
 
 _any_json = msgspec.json.Decoder()
 _chunk = msgspec.json.Decoder(ChatChunk)

@@ -12,12 +12,15 @@ import json
 import os
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from gateway.framing.aws_eventstream import EventStreamDecoder, encode_message
+from gateway.framing.aws_eventstream import EventStreamDecoder
+from gateway.framing.aws_eventstream import encode_message
 from gateway.framing.ndjson import NDJSONDecoder
-from gateway.framing.sse import SSEDecoder, encode_event
+from gateway.framing.sse import SSEDecoder
+from gateway.framing.sse import encode_event
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))
 fuzz_settings = settings(

@@ -12,24 +12,23 @@ import zlib
 from collections.abc import Callable
 
 from tests.fuzz import seeds
-from tests.fuzz.targets_framing import aws_eventstream, http1, ndjson, sse
-from tests.fuzz.targets_providers import (
-    PROVIDERS,
-    STREAM_DIALECTS,
-    UNARY_DIALECTS,
-    error_input,
-    errors,
-    stream_target,
-    unary,
-)
-from tests.fuzz.targets_requests import (
-    EMBEDDING_FAMILIES,
-    accumulator,
-    embeddings,
-    envelope,
-    messages_request,
-    responses_request,
-)
+from tests.fuzz.targets_framing import aws_eventstream
+from tests.fuzz.targets_framing import http1
+from tests.fuzz.targets_framing import ndjson
+from tests.fuzz.targets_framing import sse
+from tests.fuzz.targets_providers import PROVIDERS
+from tests.fuzz.targets_providers import STREAM_DIALECTS
+from tests.fuzz.targets_providers import UNARY_DIALECTS
+from tests.fuzz.targets_providers import error_input
+from tests.fuzz.targets_providers import errors
+from tests.fuzz.targets_providers import stream_target
+from tests.fuzz.targets_providers import unary
+from tests.fuzz.targets_requests import EMBEDDING_FAMILIES
+from tests.fuzz.targets_requests import accumulator
+from tests.fuzz.targets_requests import embeddings
+from tests.fuzz.targets_requests import envelope
+from tests.fuzz.targets_requests import messages_request
+from tests.fuzz.targets_requests import responses_request
 
 Target = Callable[[bytes], None]
 

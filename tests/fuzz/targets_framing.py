@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.errors import FramingError, UpstreamProtocolError
+from gateway.errors import FramingError
+from gateway.errors import UpstreamProtocolError
 from gateway.framing.aws_eventstream import EventStreamDecoder
-from gateway.framing.http1 import MAX_HEAD_BYTES, ResponseHead, ResponseParser
+from gateway.framing.http1 import MAX_HEAD_BYTES
+from gateway.framing.http1 import ResponseHead
+from gateway.framing.http1 import ResponseParser
 from gateway.framing.ndjson import NDJSONDecoder
 from gateway.framing.sse import SSEDecoder
-from tests.fuzz.contract import check, pieces, split
+from tests.fuzz.contract import check
+from tests.fuzz.contract import pieces
+from tests.fuzz.contract import split
 
 # Small bounds, so that the fuzzers reach them.
 SSE_BOUND = 4096

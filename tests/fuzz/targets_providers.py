@@ -10,21 +10,33 @@ outbound then renders; `unary_result` gives a `chat.completion` JSON body or rai
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
+from typing import NamedTuple
 
 import msgspec
 
-from gateway.config import ProviderConfig, ProviderKey, Secret
+from gateway.config import ProviderConfig
+from gateway.config import ProviderKey
+from gateway.config import Secret
 from gateway.errors import UpstreamError
 from gateway.framing.registry import make_decoder
-from gateway.providers.base import NativeRequest, ProviderAdapter, UnaryResult, UpstreamCall
+from gateway.providers.base import NativeRequest
+from gateway.providers.base import ProviderAdapter
+from gateway.providers.base import UnaryResult
+from gateway.providers.base import UpstreamCall
 from gateway.providers.bedrock.config import BedrockKey
-from gateway.providers.registry import make_adapter, provider_config
+from gateway.providers.registry import make_adapter
+from gateway.providers.registry import provider_config
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.pipeline import ChunkPipeline
-from gateway.wire.openai_chat import ChatCompletion, ChatRequest
-from tests.fuzz.contract import ContractBroken, chat_sse_events, check, pieces, split
+from gateway.wire.openai_chat import ChatCompletion
+from gateway.wire.openai_chat import ChatRequest
+from tests.fuzz.contract import ContractBroken
+from tests.fuzz.contract import chat_sse_events
+from tests.fuzz.contract import check
+from tests.fuzz.contract import pieces
+from tests.fuzz.contract import split
 
 _KEY = ProviderKey(key=Secret("sk-fuzz"))
 _BEDROCK_KEY = BedrockKey(

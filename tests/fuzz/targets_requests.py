@@ -14,21 +14,38 @@ from typing import Any
 
 import msgspec
 
-from gateway.config import ProviderKey, Secret
-from gateway.emulation.envelope import MAX_ENVELOPE_CHARS, EmulatedCall, EnvelopeScanner
-from gateway.errors import BadRequest, ClientError, UpstreamError
-from gateway.inbound.messages_request import CanonicalRequest, translate_request
-from gateway.inbound.responses_request import ResponsesRequest, to_chat
-from gateway.providers.embeddings import EmbeddingsCall, Inputs, merge, parse_input, render
+from gateway.config import ProviderKey
+from gateway.config import Secret
+from gateway.emulation.envelope import MAX_ENVELOPE_CHARS
+from gateway.emulation.envelope import EmulatedCall
+from gateway.emulation.envelope import EnvelopeScanner
+from gateway.errors import BadRequest
+from gateway.errors import ClientError
+from gateway.errors import UpstreamError
+from gateway.inbound.messages_request import CanonicalRequest
+from gateway.inbound.messages_request import translate_request
+from gateway.inbound.responses_request import ResponsesRequest
+from gateway.inbound.responses_request import to_chat
+from gateway.providers.embeddings import EmbeddingsCall
+from gateway.providers.embeddings import Inputs
+from gateway.providers.embeddings import merge
+from gateway.providers.embeddings import parse_input
+from gateway.providers.embeddings import render
 from gateway.providers.openai.adapter import forwardable
-from gateway.providers.registry import embeddings_provider, provider_config
+from gateway.providers.registry import embeddings_provider
+from gateway.providers.registry import provider_config
 from gateway.server.request_body import typed
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.wire.anthropic import InboundRequest
-from gateway.wire.openai_chat import ChatRequest, chunk_decoder
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import chunk_decoder
 from tests.embeddings.calls import NOW
-from tests.fuzz.contract import chat_sse_events, check, json_value, pieces, split
+from tests.fuzz.contract import chat_sse_events
+from tests.fuzz.contract import check
+from tests.fuzz.contract import json_value
+from tests.fuzz.contract import pieces
+from tests.fuzz.contract import split
 
 _encode = msgspec.json.encode
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.run_all import HARNESSES, report, run_many
+from fuzz.run_all import HARNESSES
+from fuzz.run_all import report
+from fuzz.run_all import run_many
 
 # atheris ships manylinux wheels for CPython 3.8-3.12 (pyproject's dev extra installs it)
 pytest.importorskip("atheris", reason="atheris is not installed for this Python")

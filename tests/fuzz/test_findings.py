@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import ProviderKey, Secret
+from gateway.config import ProviderKey
+from gateway.config import Secret
 from gateway.emulation.envelope import EnvelopeScanner
-from gateway.errors import BadRequest, UpstreamProtocolError
+from gateway.errors import BadRequest
+from gateway.errors import UpstreamProtocolError
 from gateway.framing.http1 import ResponseParser
 from gateway.framing.sse import SSEDecoder
 from gateway.providers.bedrock.embeddings import BedrockEmbeddings
-from gateway.providers.embeddings import EmbeddingsCall, Inputs
-from gateway.providers.gemini.request import signature_of, signed_call_id
+from gateway.providers.embeddings import EmbeddingsCall
+from gateway.providers.embeddings import Inputs
+from gateway.providers.gemini.request import signature_of
+from gateway.providers.gemini.request import signed_call_id
 from gateway.providers.openai.adapter import ChatStreamTranslator
 from gateway.providers.registry import provider_config
 from gateway.stream.accumulator import StreamAccumulator
@@ -20,8 +24,11 @@ from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.pipeline import ChunkPipeline
 from tests.embeddings.calls import NOW
 from tests.fuzz.contract import chat_sse_events
-from tests.fuzz.strategies import deep, to_json
-from tests.fuzz.targets_providers import UNARY_DIALECTS, Dialect, make_call
+from tests.fuzz.strategies import deep
+from tests.fuzz.strategies import to_json
+from tests.fuzz.targets_providers import UNARY_DIALECTS
+from tests.fuzz.targets_providers import Dialect
+from tests.fuzz.targets_providers import make_call
 from tests.fuzz.targets_requests import _joined
 
 DEEP = to_json(deep(3000))  # past msgspec's recursion limit

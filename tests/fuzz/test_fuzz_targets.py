@@ -9,10 +9,13 @@ Kept short for `make test` (`FUZZ_EXAMPLES`, see strategies.py); `make fuzz` run
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import FrameType
+from types import TracebackType
 from typing import Any
 
 import pytest
@@ -28,23 +31,23 @@ from gateway.wire.anthropic import InboundRequest
 from tests.fixtures import REPO_ROOT
 from tests.fuzz import seeds
 from tests.fuzz.contract import json_value
-from tests.fuzz.strategies import (
-    events_of,
-    fuzz_settings,
-    json_values,
-    mutated_bytes,
-    mutated_json,
-    payload_of,
-    reframed,
-    to_json,
-)
-from tests.fuzz.targets import TARGETS, WHOLE_INPUT, Target, _huge_prelude, corpus
-from tests.fuzz.targets_providers import (
-    PROVIDERS,
-    STREAM_DIALECTS,
-    UNARY_DIALECTS,
-    error_input,
-)
+from tests.fuzz.strategies import events_of
+from tests.fuzz.strategies import fuzz_settings
+from tests.fuzz.strategies import json_values
+from tests.fuzz.strategies import mutated_bytes
+from tests.fuzz.strategies import mutated_json
+from tests.fuzz.strategies import payload_of
+from tests.fuzz.strategies import reframed
+from tests.fuzz.strategies import to_json
+from tests.fuzz.targets import TARGETS
+from tests.fuzz.targets import WHOLE_INPUT
+from tests.fuzz.targets import Target
+from tests.fuzz.targets import _huge_prelude
+from tests.fuzz.targets import corpus
+from tests.fuzz.targets_providers import PROVIDERS
+from tests.fuzz.targets_providers import STREAM_DIALECTS
+from tests.fuzz.targets_providers import UNARY_DIALECTS
+from tests.fuzz.targets_providers import error_input
 from tests.fuzz.targets_requests import EMBEDDING_FAMILIES
 
 NAMES = sorted(TARGETS)

@@ -8,15 +8,20 @@ import random
 import struct
 import tracemalloc
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from gateway.emulation.envelope import MAX_ENVELOPE_CHARS, EnvelopeScanner
-from gateway.errors import FramingError, UpstreamProtocolError
+from gateway.emulation.envelope import MAX_ENVELOPE_CHARS
+from gateway.emulation.envelope import EnvelopeScanner
+from gateway.errors import FramingError
+from gateway.errors import UpstreamProtocolError
 from gateway.framing.aws_eventstream import EventStreamDecoder
-from gateway.framing.http1 import MAX_CHUNK_LINE, MAX_HEAD_BYTES, ResponseParser
+from gateway.framing.http1 import MAX_CHUNK_LINE
+from gateway.framing.http1 import MAX_HEAD_BYTES
+from gateway.framing.http1 import ResponseParser
 from gateway.framing.ndjson import NDJSONDecoder
 from gateway.framing.sse import SSEDecoder
 

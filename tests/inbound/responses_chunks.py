@@ -9,16 +9,14 @@ from gateway.framing.sse import SSEDecoder
 from gateway.inbound.responses_events import response_template
 from gateway.inbound.responses_outbound import ResponsesOutbound
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.wire.openai_chat import (
-    ChatChunk,
-    ChunkChoice,
-    CompletionTokensDetails,
-    Delta,
-    FunctionDelta,
-    PromptTokensDetails,
-    ToolCallDelta,
-    Usage,
-)
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ChunkChoice
+from gateway.wire.openai_chat import CompletionTokensDetails
+from gateway.wire.openai_chat import Delta
+from gateway.wire.openai_chat import FunctionDelta
+from gateway.wire.openai_chat import PromptTokensDetails
+from gateway.wire.openai_chat import ToolCallDelta
+from gateway.wire.openai_chat import Usage
 
 USAGE = Usage(
     prompt_tokens=20,

@@ -14,11 +14,14 @@ from hypothesis import strategies as st
 
 from gateway.config import ProviderConfig
 from gateway.errors import BadRequest
-from gateway.inbound.client_urls import check_request, url_allowed
-from gateway.providers.base import NativeRequest, UpstreamCall
+from gateway.inbound.client_urls import check_request
+from gateway.inbound.client_urls import url_allowed
+from gateway.providers.base import NativeRequest
+from gateway.providers.base import UpstreamCall
 from gateway.providers.gemini.request import build_body
 from gateway.providers.registry import provider_config
-from gateway.wire.openai_chat import ChatRequest, Message
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import Message
 
 GS = "gs://operator-bucket/secret.png"
 REFUSED = [

@@ -8,15 +8,21 @@ import json
 
 import pytest
 
-from gateway.errors import InternalError, UpstreamProtocolError, UpstreamStreamError
-from gateway.framing.sse import SSEDecoder, SSEEvent, encode_event
+from gateway.errors import InternalError
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamStreamError
+from gateway.framing.sse import SSEDecoder
+from gateway.framing.sse import SSEEvent
+from gateway.framing.sse import encode_event
 from gateway.inbound.messages_native import is_error_event
 from gateway.inbound.messages_outbound import MessagesOutbound
 from gateway.providers.anthropic.adapter import AnthropicStreamTranslator
 from gateway.providers.base import UnaryResult
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.pipeline import ChunkPipeline
-from gateway.wire.openai_chat import ChatChunk, ChunkChoice, Delta
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ChunkChoice
+from gateway.wire.openai_chat import Delta
 from tests.fixtures import FIXTURES
 
 SSE_FIXTURES = ["anthropic_text_then_tool.sse", "anthropic_text_then_two_tools.sse"]

@@ -8,31 +8,29 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import (
-    AuthenticationFailed,
-    BadRequest,
-    BodyTooLarge,
-    GatewayError,
-    NotFound,
-    NoUpstreamAvailable,
-    PermissionDenied,
-    RateLimited,
-    UpstreamError,
-    UpstreamProtocolError,
-    UpstreamTimeout,
-)
-from gateway.inbound.messages_outbound import KEEPALIVE, MessagesOutbound, error_json
+from gateway.errors import AuthenticationFailed
+from gateway.errors import BadRequest
+from gateway.errors import BodyTooLarge
+from gateway.errors import GatewayError
+from gateway.errors import NotFound
+from gateway.errors import NoUpstreamAvailable
+from gateway.errors import PermissionDenied
+from gateway.errors import RateLimited
+from gateway.errors import UpstreamError
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamTimeout
+from gateway.inbound.messages_outbound import KEEPALIVE
+from gateway.inbound.messages_outbound import MessagesOutbound
+from gateway.inbound.messages_outbound import error_json
 from gateway.providers.base import UnaryResult
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.wire.openai_chat import (
-    ChatChunk,
-    ChunkChoice,
-    Delta,
-    FunctionDelta,
-    PromptTokensDetails,
-    ToolCallDelta,
-    Usage,
-)
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ChunkChoice
+from gateway.wire.openai_chat import Delta
+from gateway.wire.openai_chat import FunctionDelta
+from gateway.wire.openai_chat import PromptTokensDetails
+from gateway.wire.openai_chat import ToolCallDelta
+from gateway.wire.openai_chat import Usage
 
 USAGE = Usage(
     prompt_tokens=30,

@@ -9,17 +9,17 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.config import ProviderKey, Secret
+from gateway.config import ProviderKey
+from gateway.config import Secret
 from gateway.errors import BadRequest
-from gateway.inbound.messages_request import (
-    effort_for_budget,
-    translate_request,
-)
+from gateway.inbound.messages_request import effort_for_budget
+from gateway.inbound.messages_request import translate_request
 from gateway.providers.anthropic.adapter import AnthropicAdapter
 from gateway.providers.anthropic.request import build_messages_request
 from gateway.providers.base import UpstreamCall
 from gateway.providers.registry import provider_config
-from gateway.wire.anthropic import CacheControlledTool, InboundRequest
+from gateway.wire.anthropic import CacheControlledTool
+from gateway.wire.anthropic import InboundRequest
 from gateway.wire.openai_chat import UNSET
 
 CACHE = {"type": "ephemeral"}

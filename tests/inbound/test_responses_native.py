@@ -6,13 +6,22 @@ import json
 
 import pytest
 
-from gateway.errors import UpstreamProtocolError, UpstreamStreamError
-from gateway.framing.sse import SSEDecoder, SSEEvent
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamStreamError
+from gateway.framing.sse import SSEDecoder
+from gateway.framing.sse import SSEEvent
 from gateway.providers.base import UnaryResult
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.wire.openai_chat import ChatChunk, encoder
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import encoder
 from tests.fixtures import FIXTURES
-from tests.inbound.responses_chunks import USAGE, call, chunk, decode, outbound, run, types
+from tests.inbound.responses_chunks import USAGE
+from tests.inbound.responses_chunks import call
+from tests.inbound.responses_chunks import chunk
+from tests.inbound.responses_chunks import decode
+from tests.inbound.responses_chunks import outbound
+from tests.inbound.responses_chunks import run
+from tests.inbound.responses_chunks import types
 
 # --- non-streaming ----------------------------------------------------------------------------
 

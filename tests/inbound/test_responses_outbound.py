@@ -6,8 +6,15 @@ import pytest
 
 from gateway.errors import UpstreamStreamError
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.wire.openai_chat import ChatChunk, FunctionDelta, ToolCallDelta
-from tests.inbound.responses_chunks import call, chunk, decode, outbound, run, types
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import FunctionDelta
+from gateway.wire.openai_chat import ToolCallDelta
+from tests.inbound.responses_chunks import call
+from tests.inbound.responses_chunks import chunk
+from tests.inbound.responses_chunks import decode
+from tests.inbound.responses_chunks import outbound
+from tests.inbound.responses_chunks import run
+from tests.inbound.responses_chunks import types
 
 
 def test_text_event_order_and_completed_response() -> None:

@@ -8,15 +8,13 @@ import msgspec
 import pytest
 
 from gateway.errors import BadRequest
-from gateway.inbound.responses_request import (
-    ResponsesRequest,
-    StoredResponse,
-    history_for_native,
-    input_items,
-    stored_decoder,
-    stored_encoder,
-    to_chat,
-)
+from gateway.inbound.responses_request import ResponsesRequest
+from gateway.inbound.responses_request import StoredResponse
+from gateway.inbound.responses_request import history_for_native
+from gateway.inbound.responses_request import input_items
+from gateway.inbound.responses_request import stored_decoder
+from gateway.inbound.responses_request import stored_encoder
+from gateway.inbound.responses_request import to_chat
 from gateway.server.request_body import typed
 from gateway.wire.openai_chat import ChatRequest
 

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from gateway.app import build_app
-from gateway.config import Config, parse_config
-from gateway.server.runner import bind_socket, start_site
+from gateway.config import Config
+from gateway.config import parse_config
+from gateway.server.runner import bind_socket
+from gateway.server.runner import start_site
 
 MOCK_PROVIDER = "{name: mock, kind: mock, mock: {chunks: 4}}"
 

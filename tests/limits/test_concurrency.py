@@ -13,7 +13,8 @@ import aiohttp
 import pytest
 
 from gateway.server.limits import SLOTS
-from tests.limits.served import Served, served_gateway
+from tests.limits.served import Served
+from tests.limits.served import served_gateway
 
 TOTAL = 20
 PER_KEY = 3

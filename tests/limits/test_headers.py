@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.limits.served import Served, served_gateway
+from tests.limits.served import Served
+from tests.limits.served import served_gateway
 
 LIMIT = 2048
 CONFIG = f"""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import ConfigError, LimitsConfig, parse_config
+from gateway.config import ConfigError
+from gateway.config import LimitsConfig
+from gateway.config import parse_config
 
 
 def test_defaults() -> None:

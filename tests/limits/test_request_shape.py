@@ -11,7 +11,8 @@ import aiohttp
 import pytest
 
 from gateway.providers.embeddings import MAX_INPUTS
-from tests.limits.served import Served, served_gateway
+from tests.limits.served import Served
+from tests.limits.served import served_gateway
 
 CONFIG = """
 store: {url: "memory://"}

@@ -16,7 +16,8 @@ from gateway.server.limits import SLOTS
 from gateway.server.state import STATE
 from gateway.stream.actor import StreamActor
 from gateway.stream.client_stream import ClientStream
-from tests.limits.served import Served, served_gateway
+from tests.limits.served import Served
+from tests.limits.served import served_gateway
 
 WRITE_TIMEOUT_S = 1.0
 FLOOD_CAP = 400 << 20  # the upstream would send this much to a reader that keeps up

@@ -18,8 +18,11 @@ from typing import Any
 
 import pytest
 
-from gateway.config import ConfigError, parse_config
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
+from gateway.config import ConfigError
+from gateway.config import parse_config
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
 from tests.limits.served import MOCK_PROVIDER
 
 HEAD_TIMEOUT_S = 1.0

@@ -17,13 +17,11 @@ from aiohttp.test_utils import TestServer
 from gateway.accounting.service import ACCOUNTING
 from gateway.app import build_app
 from gateway.config import parse_config
-from gateway.observability.logs import (
-    ACCESS_LOGGER,
-    configure_logging,
-    flush_access_log,
-    iso_time,
-    log_access_line,
-)
+from gateway.observability.logs import ACCESS_LOGGER
+from gateway.observability.logs import configure_logging
+from gateway.observability.logs import flush_access_log
+from gateway.observability.logs import iso_time
+from gateway.observability.logs import log_access_line
 from gateway.store.kv import StoreUnavailable
 from tests.upstreams.openai_upstream import FakeOpenAI
 

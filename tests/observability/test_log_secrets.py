@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
 from tests.upstreams.openai_upstream import FakeOpenAI
 
 

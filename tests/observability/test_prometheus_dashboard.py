@@ -19,8 +19,12 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.conftest import UPSTREAM_KEY, Gateway, start_gateway, stop_gateway
-from tests.prometheus_server import PrometheusServer, finite
+from tests.e2e.conftest import UPSTREAM_KEY
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.prometheus_server import PrometheusServer
+from tests.prometheus_server import finite
 from tests.upstreams.openai_upstream import FakeOpenAI
 
 pytestmark = pytest.mark.e2e

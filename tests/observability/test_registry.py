@@ -10,14 +10,16 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.observability.metrics import (
-    DURATION_BUCKETS,
-    REJECTION_REASONS,
-    GatewayMetrics,
-    status_class,
-)
+from gateway.observability.metrics import DURATION_BUCKETS
+from gateway.observability.metrics import REJECTION_REASONS
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.metrics import status_class
 from gateway.observability.registry import Registry
-from gateway.observability.segments import Segment, parse, read_dir, retire, segment_path
+from gateway.observability.segments import Segment
+from gateway.observability.segments import parse
+from gateway.observability.segments import read_dir
+from gateway.observability.segments import retire
+from gateway.observability.segments import segment_path
 
 
 def samples(exposition: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

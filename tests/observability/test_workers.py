@@ -22,7 +22,9 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.observability.segments import parse
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
 
 CONFIG = """
 server: {shutdown_grace_s: 5}

@@ -9,11 +9,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.config import ProviderKey, Secret
+from gateway.config import ProviderKey
+from gateway.config import Secret
 from gateway.errors import UpstreamProtocolError
 from gateway.framing.sse import SSEDecoder
 from gateway.providers.anthropic.adapter import AnthropicAdapter
-from gateway.providers.base import NativeRequest, UpstreamCall
+from gateway.providers.base import NativeRequest
+from gateway.providers.base import UpstreamCall
 from gateway.providers.registry import provider_config
 from gateway.wire.openai_chat import ChatRequest
 from tests.fixtures import FIXTURES

@@ -9,7 +9,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.config import ProviderKey, Secret
+from gateway.config import ProviderKey
+from gateway.config import Secret
 from gateway.errors import BadRequest
 from gateway.providers.anthropic.adapter import AnthropicAdapter
 from gateway.providers.base import UpstreamCall

@@ -9,12 +9,15 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.config import ProviderConfig, ProviderKey, Secret
+from gateway.config import ProviderConfig
+from gateway.config import ProviderKey
+from gateway.config import Secret
 from gateway.errors import UpstreamStatusError
 from gateway.framing.sse import SSEEvent
 from gateway.providers.azure.adapter import AzureAdapter
 from gateway.providers.base import UpstreamCall
-from gateway.providers.registry import make_adapter, provider_config
+from gateway.providers.registry import make_adapter
+from gateway.providers.registry import provider_config
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.upstream.outcome import final_error
 from gateway.wire.openai_chat import ChatRequest

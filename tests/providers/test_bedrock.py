@@ -9,23 +9,36 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from gateway.config import ProviderConfig, ProviderKey, Secret
-from gateway.errors import BadRequest, InternalError, UpstreamStatusError, UpstreamStreamError
-from gateway.framing.aws_eventstream import EventStreamDecoder, EventStreamMessage
+from gateway.config import ProviderConfig
+from gateway.config import ProviderKey
+from gateway.config import Secret
+from gateway.errors import BadRequest
+from gateway.errors import InternalError
+from gateway.errors import UpstreamStatusError
+from gateway.errors import UpstreamStreamError
+from gateway.framing.aws_eventstream import EventStreamDecoder
+from gateway.framing.aws_eventstream import EventStreamMessage
 from gateway.providers.base import UpstreamCall
-from gateway.providers.bedrock.adapter import BedrockAdapter, BedrockStreamTranslator
+from gateway.providers.bedrock.adapter import BedrockAdapter
+from gateway.providers.bedrock.adapter import BedrockStreamTranslator
 from gateway.providers.bedrock.config import BedrockKey
 from gateway.providers.bedrock.request import build_converse_request
-from gateway.providers.registry import make_adapter, provider_config
+from gateway.providers.registry import make_adapter
+from gateway.providers.registry import provider_config
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.bedrock import encoder as bedrock_encoder
-from gateway.wire.openai_chat import UNSET, ChatChunk, ChatRequest
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ChatRequest
 from tests.fixtures import FIXTURES
 from tests.providers.stream_view import client_chunks
-from tests.upstreams.bedrock_upstream import exception_frame, frame, scenario_frames
+from tests.upstreams.bedrock_upstream import exception_frame
+from tests.upstreams.bedrock_upstream import frame
+from tests.upstreams.bedrock_upstream import scenario_frames
 
 RECORDED = (FIXTURES / "bedrock_converse_tools.eventstream").read_bytes()
 SIGV4_KEY = BedrockKey(

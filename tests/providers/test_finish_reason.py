@@ -11,12 +11,19 @@ import msgspec
 import pytest
 
 from gateway.config import ProviderConfig
-from gateway.config_base import ProviderKey, Secret
+from gateway.config_base import ProviderKey
+from gateway.config_base import Secret
 from gateway.providers.base import UpstreamCall
-from gateway.providers.registry import make_adapter, provider_config
-from gateway.providers.translate import chat_finish, mapped_finish
+from gateway.providers.registry import make_adapter
+from gateway.providers.registry import provider_config
+from gateway.providers.translate import chat_finish
+from gateway.providers.translate import mapped_finish
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.wire.openai_chat import ChatChunk, ChatRequest, ChunkChoice, Delta, ToolCallDelta
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import ChunkChoice
+from gateway.wire.openai_chat import Delta
+from gateway.wire.openai_chat import ToolCallDelta
 
 BODY: dict[str, Any] = {
     "model": "m",

@@ -9,17 +9,29 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from gateway.config import ProviderConfig, ProviderKey, Secret
-from gateway.errors import UpstreamProtocolError, UpstreamStatusError, UpstreamStreamError
-from gateway.framing.sse import SSEDecoder, SSEEvent
-from gateway.providers.base import Translated, UpstreamCall
-from gateway.providers.gemini.adapter import GeminiAdapter, GeminiStreamTranslator, finish_reason
-from gateway.providers.registry import make_adapter, provider_config
+from gateway.config import ProviderConfig
+from gateway.config import ProviderKey
+from gateway.config import Secret
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamStatusError
+from gateway.errors import UpstreamStreamError
+from gateway.framing.sse import SSEDecoder
+from gateway.framing.sse import SSEEvent
+from gateway.providers.base import Translated
+from gateway.providers.base import UpstreamCall
+from gateway.providers.gemini.adapter import GeminiAdapter
+from gateway.providers.gemini.adapter import GeminiStreamTranslator
+from gateway.providers.gemini.adapter import finish_reason
+from gateway.providers.registry import make_adapter
+from gateway.providers.registry import provider_config
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.wire.openai_chat import UNSET, ChatChunk, ChatRequest
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ChatRequest
 from tests.fixtures import FIXTURES
 from tests.providers.stream_view import client_chunks
 

@@ -11,7 +11,8 @@ import pytest
 
 from gateway.errors import BadRequest
 from gateway.providers.base import UpstreamCall
-from gateway.providers.gemini.request import build_body, gemini_schema
+from gateway.providers.gemini.request import build_body
+from gateway.providers.gemini.request import gemini_schema
 from gateway.providers.registry import provider_config
 from gateway.wire.openai_chat import ChatRequest
 

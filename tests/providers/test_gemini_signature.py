@@ -9,9 +9,12 @@ from hypothesis import strategies as st
 
 from gateway.framing.sse import SSEDecoder
 from gateway.providers.gemini.adapter import GeminiStreamTranslator
-from gateway.providers.gemini.request import signature_of, signed_call_id, translate_messages
+from gateway.providers.gemini.request import signature_of
+from gateway.providers.gemini.request import signed_call_id
+from gateway.providers.gemini.request import translate_messages
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.wire.openai_chat import UNSET, Message
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import Message
 from tests.fixtures import FIXTURES
 from tests.providers.test_gemini import make_call  # the Gemini tests' UpstreamCall builder
 

@@ -14,8 +14,11 @@ from pathlib import Path
 
 import msgspec
 
-from gateway.config_base import ProviderBase, ProviderKey
-from gateway.providers.registry import SPECS, kinds_speaking, kinds_with
+from gateway.config_base import ProviderBase
+from gateway.config_base import ProviderKey
+from gateway.providers.registry import SPECS
+from gateway.providers.registry import kinds_speaking
+from gateway.providers.registry import kinds_with
 
 ROOT = Path(__file__).resolve().parents[2]
 GATEWAY = ROOT / "gateway"

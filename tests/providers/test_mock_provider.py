@@ -10,12 +10,19 @@ import pytest
 
 from gateway.framing.sse import SSEDecoder
 from gateway.providers.base import UpstreamCall
-from gateway.providers.mock.adapter import REPLY, MockAdapter, render_frames, sample_arguments
+from gateway.providers.mock.adapter import REPLY
+from gateway.providers.mock.adapter import MockAdapter
+from gateway.providers.mock.adapter import render_frames
+from gateway.providers.mock.adapter import sample_arguments
 from gateway.providers.mock.config import MockOptions
 from gateway.providers.openai.adapter import ChatStreamTranslator
 from gateway.providers.registry import provider_config
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.wire.openai_chat import UNSET, ChatChunk, ChatRequest, Usage, chunk_decoder
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import Usage
+from gateway.wire.openai_chat import chunk_decoder
 
 PARAMS: dict[str, dict[str, Any]] = {
     "search_documents": {

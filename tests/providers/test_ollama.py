@@ -9,21 +9,26 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from gateway.config import ProviderConfig, ProviderKey, Secret
-from gateway.errors import (
-    BadRequest,
-    FramingError,
-    UpstreamProtocolError,
-    UpstreamStatusError,
-    UpstreamStreamError,
-)
+from gateway.config import ProviderConfig
+from gateway.config import ProviderKey
+from gateway.config import Secret
+from gateway.errors import BadRequest
+from gateway.errors import FramingError
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamStatusError
+from gateway.errors import UpstreamStreamError
 from gateway.framing.ndjson import NDJSONDecoder
-from gateway.providers.base import Translated, UpstreamCall
-from gateway.providers.ollama.adapter import OllamaAdapter, OllamaStreamTranslator, finish_reason
-from gateway.providers.registry import make_adapter, provider_config
+from gateway.providers.base import Translated
+from gateway.providers.base import UpstreamCall
+from gateway.providers.ollama.adapter import OllamaAdapter
+from gateway.providers.ollama.adapter import OllamaStreamTranslator
+from gateway.providers.ollama.adapter import finish_reason
+from gateway.providers.registry import make_adapter
+from gateway.providers.registry import provider_config
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.wire.openai_chat import ChatRequest
 from tests.fixtures import FIXTURES

@@ -10,26 +10,26 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.config import ProviderConfig, ProviderKey, Secret
-from gateway.errors import (
-    UpstreamConnectError,
-    UpstreamError,
-    UpstreamProtocolError,
-    UpstreamStatusError,
-    UpstreamStreamError,
-    UpstreamTimeout,
-)
-from gateway.framing.sse import SSEDecoder, SSEEvent
+from gateway.config import ProviderConfig
+from gateway.config import ProviderKey
+from gateway.config import Secret
+from gateway.errors import UpstreamConnectError
+from gateway.errors import UpstreamError
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamStatusError
+from gateway.errors import UpstreamStreamError
+from gateway.errors import UpstreamTimeout
+from gateway.framing.sse import SSEDecoder
+from gateway.framing.sse import SSEEvent
 from gateway.providers.base import UpstreamCall
-from gateway.providers.openai.adapter import (
-    ChatStreamTranslator,
-    OpenAIAdapter,
-    error_from_body,
-    upstream_body,
-)
+from gateway.providers.openai.adapter import ChatStreamTranslator
+from gateway.providers.openai.adapter import OpenAIAdapter
+from gateway.providers.openai.adapter import error_from_body
+from gateway.providers.openai.adapter import upstream_body
 from gateway.providers.registry import provider_config
 from gateway.upstream.outcome import final_error
-from gateway.wire.openai_chat import UNSET, ChatRequest
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatRequest
 from tests.fixtures import FIXTURES
 
 SECRET = "sk-test-0123456789abcdef"

@@ -8,26 +8,30 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from gateway.errors import UpstreamProtocolError, UpstreamStreamError
-from gateway.framing.sse import SSEDecoder, SSEEvent
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamStreamError
+from gateway.framing.sse import SSEDecoder
+from gateway.framing.sse import SSEEvent
 from gateway.providers.openai.responses import ResponsesStreamTranslator
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.wire.openai_chat import UNSET, ChatChunk, ToolCallDelta
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ToolCallDelta
 from tests.fixtures import FIXTURES
 from tests.providers.stream_view import client_chunks
-from tests.upstreams.openai_responses_upstream import (
-    PARALLEL,
-    REASONING_PIECES,
-    TEXT,
-    USAGE,
-    call_id,
-    script,
-    sse,
-)
-from tests.upstreams.openai_upstream import EXPECTED_ARGS, TEXT_PIECES
+from tests.upstreams.openai_responses_upstream import PARALLEL
+from tests.upstreams.openai_responses_upstream import REASONING_PIECES
+from tests.upstreams.openai_responses_upstream import TEXT
+from tests.upstreams.openai_responses_upstream import USAGE
+from tests.upstreams.openai_responses_upstream import call_id
+from tests.upstreams.openai_responses_upstream import script
+from tests.upstreams.openai_responses_upstream import sse
+from tests.upstreams.openai_upstream import EXPECTED_ARGS
+from tests.upstreams.openai_upstream import TEXT_PIECES
 
 FIXTURE_FILES = [
     "openai_responses_function_calls.sse",

@@ -10,23 +10,26 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.config import ProviderConfig, ProviderKey, Secret
-from gateway.errors import UpstreamProtocolError, UpstreamStreamError
+from gateway.config import ProviderConfig
+from gateway.config import ProviderKey
+from gateway.config import Secret
+from gateway.errors import UpstreamProtocolError
+from gateway.errors import UpstreamStreamError
 from gateway.providers.azure.adapter import AzureAdapter
-from gateway.providers.base import NativeRequest, UpstreamCall
+from gateway.providers.base import NativeRequest
+from gateway.providers.base import UpstreamCall
 from gateway.providers.openai.adapter import OpenAIAdapter
 from gateway.providers.openai.responses import ResponsesStreamTranslator
 from gateway.providers.registry import provider_config
 from gateway.wire.openai_chat import ChatRequest
-from tests.upstreams.openai_responses_upstream import (
-    PARALLEL,
-    REASONING_PIECES,
-    TEXT,
-    USAGE,
-    call_id,
-    script,
-)
-from tests.upstreams.openai_upstream import EXPECTED_ARGS, TEXT_PIECES
+from tests.upstreams.openai_responses_upstream import PARALLEL
+from tests.upstreams.openai_responses_upstream import REASONING_PIECES
+from tests.upstreams.openai_responses_upstream import TEXT
+from tests.upstreams.openai_responses_upstream import USAGE
+from tests.upstreams.openai_responses_upstream import call_id
+from tests.upstreams.openai_responses_upstream import script
+from tests.upstreams.openai_upstream import EXPECTED_ARGS
+from tests.upstreams.openai_upstream import TEXT_PIECES
 
 HI: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
 

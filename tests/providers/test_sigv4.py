@@ -3,7 +3,8 @@ test oracle only; the gateway does not import it)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 
 import pytest
 from botocore.auth import SigV4Auth

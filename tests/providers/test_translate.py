@@ -8,8 +8,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.providers.translate import MESSAGES_SAMPLING, ToolBlocks, copy_sampling
-from gateway.wire.openai_chat import UNSET, ChatRequest
+from gateway.providers.translate import MESSAGES_SAMPLING
+from gateway.providers.translate import ToolBlocks
+from gateway.providers.translate import copy_sampling
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatRequest
 
 
 class Target(msgspec.Struct):

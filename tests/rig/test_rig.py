@@ -15,10 +15,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy.rig.client import SCENARIOS, Kind, check_stream_events
-from deploy.rig.phases import MAX_BODY_BYTES, run_rig
-from deploy.rig.processes import Gateway, Nginx
-from deploy.rig.report import SMALL, Report
+from deploy.rig.client import SCENARIOS
+from deploy.rig.client import Kind
+from deploy.rig.client import check_stream_events
+from deploy.rig.phases import MAX_BODY_BYTES
+from deploy.rig.phases import run_rig
+from deploy.rig.processes import Gateway
+from deploy.rig.processes import Nginx
+from deploy.rig.report import SMALL
+from deploy.rig.report import Report
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}

@@ -11,11 +11,14 @@ from collections import Counter
 import pytest
 
 from gateway.config import parse_config
-from gateway.errors import NoUpstreamAvailable, UpstreamsRateLimited
+from gateway.errors import NoUpstreamAvailable
+from gateway.errors import UpstreamsRateLimited
 from gateway.providers.registry import make_adapter
 from gateway.routing.balancer import strategy_order
-from gateway.routing.health import ADMITTED, KeyHealth
-from gateway.routing.router import Attempt, Router
+from gateway.routing.health import ADMITTED
+from gateway.routing.health import KeyHealth
+from gateway.routing.router import Attempt
+from gateway.routing.router import Router
 
 PROVIDERS = """
 providers:

@@ -5,7 +5,8 @@ refuses one too as a backstop."""
 from __future__ import annotations
 
 import random
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from urllib.parse import quote
 
 import pytest
@@ -14,9 +15,14 @@ from hypothesis import strategies as st
 
 from gateway.config import parse_config
 from gateway.errors import BadRequest
-from gateway.providers.base import DECODE_ROUNDS, UpstreamCall, has_dot_segment, path_segment
-from gateway.providers.embeddings import EmbeddingsCall, parse_input
-from gateway.providers.registry import embeddings_provider, make_adapter
+from gateway.providers.base import DECODE_ROUNDS
+from gateway.providers.base import UpstreamCall
+from gateway.providers.base import has_dot_segment
+from gateway.providers.base import path_segment
+from gateway.providers.embeddings import EmbeddingsCall
+from gateway.providers.embeddings import parse_input
+from gateway.providers.registry import embeddings_provider
+from gateway.providers.registry import make_adapter
 from gateway.routing.router import Router
 from gateway.wire.openai_chat import ChatRequest
 

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.routing.health import (
-    ADMITTED,
-    AUTH_FAILED,
-    CIRCUIT_OPEN,
-    PROBE,
-    PROBE_WAIT_S,
-    RATE_LIMITED,
-    RECOVERED,
-    REFUSED,
-    HealthPolicy,
-    KeyHealth,
-    MinuteWindow,
-)
+from gateway.routing.health import ADMITTED
+from gateway.routing.health import AUTH_FAILED
+from gateway.routing.health import CIRCUIT_OPEN
+from gateway.routing.health import PROBE
+from gateway.routing.health import PROBE_WAIT_S
+from gateway.routing.health import RATE_LIMITED
+from gateway.routing.health import RECOVERED
+from gateway.routing.health import REFUSED
+from gateway.routing.health import HealthPolicy
+from gateway.routing.health import KeyHealth
+from gateway.routing.health import MinuteWindow
 
 POLICY = HealthPolicy(
     cooldown_s=30.0,

@@ -9,10 +9,13 @@ import time
 import pytest
 
 from gateway.config import parse_config
-from gateway.errors import UpstreamStatusError, UpstreamTimeout
+from gateway.errors import UpstreamStatusError
+from gateway.errors import UpstreamTimeout
 from gateway.providers.registry import make_adapter
 from gateway.routing.router import Router
-from gateway.upstream.outcome import count_move, error_kind, report_failure
+from gateway.upstream.outcome import count_move
+from gateway.upstream.outcome import error_kind
+from gateway.upstream.outcome import report_failure
 
 CONFIG = """
 routing: {circuit_failures: 2}

@@ -8,7 +8,8 @@ import pytest
 
 from gateway.providers.anthropic.adapter import AnthropicAdapter
 from gateway.providers.openai.adapter import OpenAIAdapter
-from gateway.routing.retry_after import MAX_WAIT_S, go_duration_s
+from gateway.routing.retry_after import MAX_WAIT_S
+from gateway.routing.retry_after import go_duration_s
 from gateway.routing.retry_after import retry_after_s as read_wait
 
 # the reset header families the OpenAI and Anthropic adapters declare

@@ -10,12 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.config import Config, parse_config
+from gateway.config import Config
+from gateway.config import parse_config
 from gateway.errors import UnknownModel
 from gateway.providers.mock.adapter import MockAdapter
 from gateway.providers.openai.adapter import OpenAIAdapter
 from gateway.providers.registry import make_adapter
-from gateway.routing.router import Attempt, Router, weighted_order
+from gateway.routing.router import Attempt
+from gateway.routing.router import Router
+from gateway.routing.router import weighted_order
 
 RUNS = 5000
 TOLERANCE = 0.025  # about 4 standard deviations of a share estimated from RUNS draws

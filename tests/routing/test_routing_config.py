@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import ConfigError, parse_config
+from gateway.config import ConfigError
+from gateway.config import parse_config
 
 OPENAI = "providers:\n  - {name: up, kind: openai, keys: [{key: k1, name: first}, {key: k2}]}\n"
 

@@ -16,7 +16,8 @@ from gateway.providers.registry import make_adapter
 from gateway.routing.health import KeyHealth
 from gateway.routing.router import Router
 from gateway.routing.sync import HealthSync
-from gateway.store.kv import MemoryKV, StoreUnavailable
+from gateway.store.kv import MemoryKV
+from gateway.store.kv import StoreUnavailable
 from gateway.store.sqlite_kv import SqliteKV
 
 CONFIG = """

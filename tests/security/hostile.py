@@ -14,22 +14,28 @@ import json
 import select
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
+from typing import TypeVar
 
 import httpx
 from aiohttp import web
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
 from tests.redis_server import RedisServer
 from tests.upstreams.anthropic_upstream import FakeAnthropic
 from tests.upstreams.embeddings_upstream import FakeEmbeddings
 from tests.upstreams.gemini_upstream import FakeGemini
-from tests.upstreams.openai_upstream import TEXT_PIECES, FakeOpenAI, Recorded
+from tests.upstreams.openai_upstream import TEXT_PIECES
+from tests.upstreams.openai_upstream import FakeOpenAI
+from tests.upstreams.openai_upstream import Recorded
 
 MASTER = "sk-master-hostile-1"
 # USD per million tokens, which is microdollars per token

@@ -15,7 +15,8 @@ import os
 import sys
 
 from gateway import cli
-from gateway.accounting.service import Accounting, Principal
+from gateway.accounting.service import Accounting
+from gateway.accounting.service import Principal
 from gateway.server import runner
 
 TEXT = os.environ.get("GW_CRASH_TEXT", "")

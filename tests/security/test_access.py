@@ -21,7 +21,9 @@ import pytest
 from gateway.accounting.service import Accounting
 from gateway.config import parse_config
 from gateway.store.ledger import make_ledger
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.e2e

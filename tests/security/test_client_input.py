@@ -17,7 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
 from tests.security.recorder import Recorder
 from tests.upstreams.gemini_upstream import FakeGemini
 

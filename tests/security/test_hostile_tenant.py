@@ -33,26 +33,25 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import start_gateway, stop_gateway
-from tests.security.hostile import (
-    BILLED_COMPLETION,
-    DEFAULT_OUTPUT_CAP,
-    HEADER_TIMEOUT_S,
-    MASTER,
-    STORES,
-    Figure,
-    Store,
-    Upstreams,
-    concurrently,
-    config,
-    cost_nanos,
-    report,
-    reserve_nanos,
-    store_gateways,
-    table,
-    trickle,
-    usd,
-)
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.security.hostile import BILLED_COMPLETION
+from tests.security.hostile import DEFAULT_OUTPUT_CAP
+from tests.security.hostile import HEADER_TIMEOUT_S
+from tests.security.hostile import MASTER
+from tests.security.hostile import STORES
+from tests.security.hostile import Figure
+from tests.security.hostile import Store
+from tests.security.hostile import Upstreams
+from tests.security.hostile import concurrently
+from tests.security.hostile import config
+from tests.security.hostile import cost_nanos
+from tests.security.hostile import report
+from tests.security.hostile import reserve_nanos
+from tests.security.hostile import store_gateways
+from tests.security.hostile import table
+from tests.security.hostile import trickle
+from tests.security.hostile import usd
 
 pytestmark = pytest.mark.e2e
 

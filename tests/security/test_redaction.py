@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
-from gateway.config import ProviderKey, Secret, parse_config
+from gateway.config import ProviderKey
+from gateway.config import Secret
+from gateway.config import parse_config
 from gateway.errors import UpstreamStatusError
 from gateway.observability.logs import configure_logging
 from gateway.providers.base import hide_credentials

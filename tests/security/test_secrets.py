@@ -20,9 +20,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.e2e.conftest import Gateway, free_port, stop_gateway, wait_healthy
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import free_port
+from tests.e2e.conftest import stop_gateway
+from tests.e2e.conftest import wait_healthy
 from tests.redis_server import RedisServer
-from tests.security.recorder import ACCESS_TOKEN, Recorder
+from tests.security.recorder import ACCESS_TOKEN
+from tests.security.recorder import Recorder
 from tests.upstreams.openai_upstream import FakeOpenAI
 from tests.vertex_credentials import service_account_file
 

@@ -13,15 +13,20 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl
+from urllib.parse import unquote
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
 
 from gateway.errors import BadRequest
 from gateway.providers.base import path_segment
-from tests.e2e.conftest import Gateway, start_gateway, stop_gateway
-from tests.security.recorder import Recorder, Seen
+from tests.e2e.conftest import Gateway
+from tests.e2e.conftest import start_gateway
+from tests.e2e.conftest import stop_gateway
+from tests.security.recorder import Recorder
+from tests.security.recorder import Seen
 from tests.vertex_credentials import service_account_file
 
 pytestmark = pytest.mark.e2e

@@ -12,7 +12,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.server.request_body import body_bytes, read_json_object
+from gateway.server.request_body import body_bytes
+from gateway.server.request_body import read_json_object
 
 LIMIT = 1000
 

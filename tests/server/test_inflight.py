@@ -11,7 +11,8 @@ from aiohttp.test_utils import TestServer
 from gateway.app import build_app
 from gateway.config import parse_config
 from gateway.server.state import STATE
-from gateway.store.kv import MemoryKV, StoreUnavailable
+from gateway.store.kv import MemoryKV
+from gateway.store.kv import StoreUnavailable
 from tests.inprocess import inprocess_gateway
 from tests.upstreams.embeddings_upstream import FakeEmbeddings
 

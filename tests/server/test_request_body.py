@@ -10,7 +10,9 @@ import pytest
 
 from gateway.errors import BadRequest
 from gateway.server.request_body import typed
-from gateway.wire.openai_chat import UNSET, ChatRequest, StreamOptions
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import StreamOptions
 
 IMAGE = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
 WEATHER_TOOL = {

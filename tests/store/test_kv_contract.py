@@ -4,12 +4,15 @@ tmp_path) and redis (a real redis-server on a loopback port)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from gateway.store.kv import KeyValueStore, MemoryKV, make_kv
+from gateway.store.kv import KeyValueStore
+from gateway.store.kv import MemoryKV
+from gateway.store.kv import make_kv
 from gateway.store.redis_kv import RedisKV
 from gateway.store.sqlite_kv import SqliteKV
 from tests.redis_server import RedisServer

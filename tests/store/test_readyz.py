@@ -19,7 +19,8 @@ from gateway.config import parse_config
 from gateway.server.state import STATE
 from gateway.store.kv import StoreMisconfigured
 from gateway.store.sqlite_kv import SqliteKV
-from tests.redis_server import RedisServer, free_port
+from tests.redis_server import RedisServer
+from tests.redis_server import free_port
 
 
 def config_with_store(url: str) -> str:

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
 
 import pytest
 from redis.asyncio import Redis
 
-from gateway.store.kv import StoreUnavailable, make_kv
+from gateway.store.kv import StoreUnavailable
+from gateway.store.kv import make_kv
 from gateway.store.redis_kv import redacted
-from tests.redis_server import RedisServer, free_port
+from tests.redis_server import RedisServer
+from tests.redis_server import free_port
 
 PASSWORD = "pw-0042-do-not-log"
 WRONG = "pw-9999-also-secret"

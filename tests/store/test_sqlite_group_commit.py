@@ -12,7 +12,8 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ import pytest
 
 from gateway.store import sqlite_ledger
 from gateway.store.kv import StoreUnavailable
-from gateway.store.ledger import Admission, Charge, KeyRecord
+from gateway.store.ledger import Admission
+from gateway.store.ledger import Charge
+from gateway.store.ledger import KeyRecord
 from gateway.store.sqlite_ledger import SqliteLedger
 
 NOW = 1_764_000_000.0

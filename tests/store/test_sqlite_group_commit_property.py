@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import random
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,12 @@ import msgspec
 import pytest
 
 from gateway.accounting.keys import budget_windows
-from gateway.store.ledger import Admission, Charge, KeyRecord
+from gateway.store.ledger import Admission
+from gateway.store.ledger import Charge
+from gateway.store.ledger import KeyRecord
 from gateway.store.sqlite_ledger import SqliteLedger
-from tests.store.test_sqlite_group_commit import Probe, in_one_batch
+from tests.store.test_sqlite_group_commit import Probe
+from tests.store.test_sqlite_group_commit import in_one_batch
 
 NOW = 1_764_000_000.0
 CALLS = 400

@@ -11,7 +11,10 @@ import pytest
 from blockbuster import blockbuster_ctx
 
 from gateway.store import sqlite_kv
-from gateway.store.kv import StoreMisconfigured, StoreUnavailable, make_kv, sqlite_path
+from gateway.store.kv import StoreMisconfigured
+from gateway.store.kv import StoreUnavailable
+from gateway.store.kv import make_kv
+from gateway.store.kv import sqlite_path
 from gateway.store.sqlite_kv import SqliteKV
 
 

@@ -14,7 +14,11 @@ import pytest
 
 from gateway.store import sqlite_ledger
 from gateway.store.sqlite_ledger import SqliteLedger
-from tests.store.test_sqlite_group_commit import NOW, Probe, ask, charge, key
+from tests.store.test_sqlite_group_commit import NOW
+from tests.store.test_sqlite_group_commit import Probe
+from tests.store.test_sqlite_group_commit import ask
+from tests.store.test_sqlite_group_commit import charge
+from tests.store.test_sqlite_group_commit import key
 
 MAIN = threading.get_ident()
 

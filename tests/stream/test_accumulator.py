@@ -7,22 +7,22 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from gateway.errors import UpstreamProtocolError
-from gateway.framing.sse import SSEDecoder, SSEEvent
+from gateway.framing.sse import SSEDecoder
+from gateway.framing.sse import SSEEvent
 from gateway.stream.accumulator import StreamAccumulator
-from gateway.wire.openai_chat import (
-    UNSET,
-    ChatChunk,
-    ChunkChoice,
-    Delta,
-    FunctionDelta,
-    ToolCallDelta,
-    Usage,
-    chunk_decoder,
-)
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ChunkChoice
+from gateway.wire.openai_chat import Delta
+from gateway.wire.openai_chat import FunctionDelta
+from gateway.wire.openai_chat import ToolCallDelta
+from gateway.wire.openai_chat import Usage
+from gateway.wire.openai_chat import chunk_decoder
 from tests.fixtures import FIXTURES
 
 ARGS = {

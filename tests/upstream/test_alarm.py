@@ -7,7 +7,8 @@ import contextlib
 
 import pytest
 
-from gateway.upstream.alarm import Alarm, AlarmClock
+from gateway.upstream.alarm import Alarm
+from gateway.upstream.alarm import AlarmClock
 
 
 async def _guarded_sleep(alarm: Alarm, when: float, sleep_s: float) -> str:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -15,8 +16,10 @@ from aiohttp.test_utils import TestServer
 
 from gateway.app import build_app
 from gateway.config import parse_config
-from gateway.routing.health import REFUSED, KeyHealth
-from gateway.server.state import STATE, GatewayState
+from gateway.routing.health import REFUSED
+from gateway.routing.health import KeyHealth
+from gateway.server.state import STATE
+from gateway.server.state import GatewayState
 from gateway.upstream.alarm import AlarmClock
 from tests.upstreams.anthropic_upstream import FakeAnthropic
 from tests.upstreams.embeddings_upstream import FakeEmbeddings

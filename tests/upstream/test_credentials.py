@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import UpstreamConnectError
-from gateway.providers.base import GoogleServiceAccount, TokenSource
-from gateway.upstream.credentials import REFRESH_MARGIN_S, AccessTokens
+from gateway.providers.base import GoogleServiceAccount
+from gateway.providers.base import TokenSource
+from gateway.upstream.credentials import REFRESH_MARGIN_S
+from gateway.upstream.credentials import AccessTokens
 from gateway.upstream.google_auth import fetch_service_account_token
 from tests.upstreams.gemini_upstream import FakeGemini
 from tests.vertex_credentials import service_account_file

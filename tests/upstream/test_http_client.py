@@ -6,14 +6,21 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field
 
 import pytest
 
-from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamProtocolError
+from gateway.errors import UpstreamConnectError
+from gateway.errors import UpstreamError
+from gateway.errors import UpstreamProtocolError
 from gateway.upstream import http_client
-from gateway.upstream.http_client import HIGH_WATER, HttpPool, UpstreamResponse
+from gateway.upstream.http_client import HIGH_WATER
+from gateway.upstream.http_client import HttpPool
+from gateway.upstream.http_client import UpstreamResponse
 
 CONNECT_S = 2.0
 WAIT_S = 1.0  # the bound on waiting for anything the server should observe

@@ -30,7 +30,9 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.upstreams.openai_upstream import TEXT_PIECES, FakeOpenAI, Recorded
+from tests.upstreams.openai_upstream import TEXT_PIECES
+from tests.upstreams.openai_upstream import FakeOpenAI
+from tests.upstreams.openai_upstream import Recorded
 
 SAFE = {"filtered": False, "severity": "safe"}
 FILTERS = {"hate": SAFE, "self_harm": SAFE, "sexual": SAFE, "violence": SAFE}

@@ -11,7 +11,11 @@ import json
 from typing import Any
 
 from gateway.framing.aws_eventstream import encode_message
-from tests.upstreams.faulty_wire import CALLS, TEXT, TEXT_PIECES, Api, fragments
+from tests.upstreams.faulty_wire import CALLS
+from tests.upstreams.faulty_wire import TEXT
+from tests.upstreams.faulty_wire import TEXT_PIECES
+from tests.upstreams.faulty_wire import Api
+from tests.upstreams.faulty_wire import fragments
 
 Headers = dict[str, str | bytes | bool | int]
 USAGE = {"inputTokens": 30, "outputTokens": 12, "totalTokens": 42}

@@ -57,15 +57,23 @@ import re
 import socket
 import struct
 import threading
-from collections import Counter, deque
+from collections import Counter
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-from tests.upstreams.faulty_bedrock import BEDROCK, bad_crc
-from tests.upstreams.faulty_wire import ANTHROPIC, CALLS, OPENAI, TEXT, TEXT_PIECES, TOOLS, Api
+from tests.upstreams.faulty_bedrock import BEDROCK
+from tests.upstreams.faulty_bedrock import bad_crc
+from tests.upstreams.faulty_wire import ANTHROPIC
+from tests.upstreams.faulty_wire import CALLS
+from tests.upstreams.faulty_wire import OPENAI
+from tests.upstreams.faulty_wire import TEXT
+from tests.upstreams.faulty_wire import TEXT_PIECES
+from tests.upstreams.faulty_wire import TOOLS
+from tests.upstreams.faulty_wire import Api
 from tests.upstreams.threaded import ThreadedUpstream
 
 __all__ = ["CALLS", "TEXT", "TEXT_PIECES", "TOOLS", "FaultyUpstream", "Scripts", "Seen"]

@@ -37,7 +37,9 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.upstreams.openai_upstream import EXPECTED_ARGS, TEXT_PIECES, fragments
+from tests.upstreams.openai_upstream import EXPECTED_ARGS
+from tests.upstreams.openai_upstream import TEXT_PIECES
+from tests.upstreams.openai_upstream import fragments
 from tests.upstreams.threaded import ThreadedUpstream
 
 MODEL = "gpt-5-fake-2025-08-07"

@@ -9,16 +9,14 @@ import msgspec
 import pytest
 
 from gateway.framing.sse import SSEDecoder
-from gateway.wire.openai_chat import (
-    UNSET,
-    ChatChunk,
-    ChunkChoice,
-    Delta,
-    ToolCallDelta,
-    Usage,
-    chunk_decoder,
-    encoder,
-)
+from gateway.wire.openai_chat import UNSET
+from gateway.wire.openai_chat import ChatChunk
+from gateway.wire.openai_chat import ChunkChoice
+from gateway.wire.openai_chat import Delta
+from gateway.wire.openai_chat import ToolCallDelta
+from gateway.wire.openai_chat import Usage
+from gateway.wire.openai_chat import chunk_decoder
+from gateway.wire.openai_chat import encoder
 from tests.fixtures import FIXTURES
 
 RECORDED = ["openai_chat_parallel_tools.sse", "openai_chat_parallel_tools_sdk_fixture.sse"]
