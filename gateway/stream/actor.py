@@ -18,6 +18,10 @@ event in the stream. Deadlines (first byte, idle, total, commit, keep-alive) sha
 of its own): it fires at the earliest deadline known when armed, and on firing the actor checks
 which deadline really passed and re-arms. What one upstream read brings leaves in one client
 write; when the upstream's end came in the same read, with the tail.
+
+One module on purpose (past the house's ~400 lines): the state above is private to the
+actor, and the three ways it serves an attempt read and write all of it; split across
+modules, they would be writing it from outside again.
 """
 
 from __future__ import annotations
