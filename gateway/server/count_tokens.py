@@ -117,15 +117,8 @@ class TokenCounting:
         self._answered_at = 0.0
 
     def call(self, attempt: Attempt) -> UpstreamCall:
-        return UpstreamCall(
-            request=self._chat,
-            body=self._body,
-            provider=attempt.provider,
-            key=attempt.key,
-            model=attempt.model,
-            stream=False,
-            request_id=self._request_id,
-            access_token=self.runner.token,
+        return self.runner.call(
+            attempt, self._chat, self._body, stream=False, request_id=self._request_id
         )
 
     async def run(self) -> web.Response:

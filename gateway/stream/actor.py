@@ -197,18 +197,13 @@ class StreamActor:
     def call(self, attempt: Attempt, stream: bool) -> UpstreamCall:
         job = self._job
         native = job.native
-        return UpstreamCall(
-            request=job.request,
-            body=job.body,
-            provider=attempt.provider,
-            key=attempt.key,
-            model=attempt.model,
+        return self.runner.call(
+            attempt,
+            job.request,
+            job.body,
             stream=stream,
             request_id=job.request_id,
             created=self.created,
-            now=time.time(),
-            access_token=self.runner.token,
-            api=attempt.api,
             native=native if native is not None and speaks(attempt, native.api) else None,
         )
 

@@ -28,6 +28,7 @@ import asyncio
 import time
 from collections.abc import Awaitable
 from collections.abc import Callable
+from typing import Any
 from typing import Protocol
 from typing import TypeVar
 
@@ -37,7 +38,9 @@ from gateway.errors import ClientError
 from gateway.errors import GatewayError
 from gateway.errors import NoUpstreamAvailable
 from gateway.errors import UpstreamError
+from gateway.providers.base import NativeRequest
 from gateway.providers.base import TokenSource
+from gateway.providers.base import UpstreamCall
 from gateway.providers.base import hide_credentials
 from gateway.routing.balancer import unavailable
 from gateway.routing.health import REFUSED
@@ -49,6 +52,7 @@ from gateway.upstream.outcome import count_move
 from gateway.upstream.outcome import final_error
 from gateway.upstream.outcome import report_failure
 from gateway.upstream.outcome import report_success
+from gateway.wire.openai_chat import ChatRequest
 from gateway.wire.openai_chat import Usage
 
 T = TypeVar("T")
@@ -126,6 +130,35 @@ class AttemptRunner:
         self.attempt: Attempt | None = None  # the current (at the end: the last) attempt
         self.token: str | None = None  # the current attempt's access token
         self.started = 0.0  # loop time the current attempt began
+
+    def call(
+        self,
+        attempt: Attempt,
+        request: ChatRequest,
+        body: dict[str, Any],
+        *,
+        stream: bool,
+        request_id: str,
+        created: int = 0,
+        native: NativeRequest | None = None,
+    ) -> UpstreamCall:
+        """What the attempt's adapter builds its request from: the client's request, the
+        attempt's provider, key, upstream model and API, the token fetched for it, and the
+        time to sign with (read here: adapters read no clock)."""
+        return UpstreamCall(
+            request=request,
+            body=body,
+            provider=attempt.provider,
+            key=attempt.key,
+            model=attempt.model,
+            stream=stream,
+            request_id=request_id,
+            created=created,
+            now=time.time(),
+            access_token=self.token,
+            api=attempt.api,
+            native=native,
+        )
 
     def served_headers(self) -> dict[str, str]:
         """What the client is told of the attempts: the served (or last) provider and
