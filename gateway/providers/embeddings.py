@@ -95,8 +95,9 @@ def parse_input(value: Any) -> Inputs:
     return Inputs(tokens=[ids])
 
 
-class EmbeddingsCall(msgspec.Struct, kw_only=True):
-    """One attempt at one target."""
+class EmbeddingsCall(msgspec.Struct):
+    """One attempt at one target: the request's part (inputs, body, dimensions), then the
+    attempt's (provider, key, upstream model, signing time, token)."""
 
     inputs: Inputs
     body: dict[str, Any]  # the client's JSON as sent (OpenAI-compatible upstreams get it)

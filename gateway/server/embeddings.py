@@ -204,11 +204,8 @@ class EmbeddingsRun:
     ) -> None:
         self._state = state
         self._request_id = request_id
-        self._body = body
-        self._inputs = inputs
-        self._dimensions = dimensions
-        self._base64 = base64
-        self._model = model
+        self._request = (inputs, body, dimensions)  # what every attempt's call carries
+        self._base64, self._model = base64, model
         self._loop = asyncio.get_running_loop()
         self.runner: AttemptRunner | None = None  # made with the plan, once admitted
         self._family: EmbeddingsProvider | None = None  # the current attempt's
@@ -252,16 +249,8 @@ class EmbeddingsRun:
     # --- one attempt (the runner's step) -------------------------------------------------
 
     def _call(self, attempt: Attempt) -> EmbeddingsCall:
-        return EmbeddingsCall(
-            inputs=self._inputs,
-            body=self._body,
-            dimensions=self._dimensions,
-            provider=attempt.provider,
-            key=attempt.key,
-            model=attempt.model,
-            now=datetime.now(UTC),
-            access_token=self._runner.token,
-        )
+        target = (attempt.provider, attempt.key, attempt.model)
+        return EmbeddingsCall(*self._request, *target, datetime.now(UTC), self._runner.token)
 
     def refuses(self, attempt: Attempt) -> None:
         """400 for a kind without embeddings, or token ids to a text-only family (checked
