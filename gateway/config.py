@@ -40,8 +40,11 @@ class LimitsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fro
     max_messages: int = 2048  # messages (chat, Messages) or input items (Responses)
     max_tools: int = 512
     max_tool_argument_bytes: int = 1048576  # one tool call's arguments in the history
-    max_concurrent_streams: int = 1024  # inference requests in flight, per process; over: 503
-    max_concurrent_streams_per_key: int = 256  # per virtual key (bearer), per process; over: 429
+    # inference requests in flight, per process; over: 503. None: what the process's
+    # descriptor limit can hold (server/limits.py `derived_stream_limit`)
+    max_concurrent_streams: int | None = None
+    # per virtual key (bearer), per process; over: 429. None: no per-key cap
+    max_concurrent_streams_per_key: int | None = None
 
 
 class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):

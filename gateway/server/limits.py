@@ -13,11 +13,20 @@ in total and per virtual key (the bearer's hash; the master key and a bearer-les
 gateway count only toward the total). A full gateway answers 503 `too_many_streams`, a key
 at its own limit 429 `too_many_streams_for_key`, both with `Retry-After: 1`. A slot is held
 until the answer has been written (for a stream, its last byte).
+
+Defaults that never refuse legitimate load: no per-key cap unless one is configured (one key
+with a batch job is not refused by a gateway nowhere near full), and a process cap set by
+what the process can hold when none is configured. The hard limit a process meets first is
+its file descriptors: past it, accept() and connect() fail for every request at once. Each
+request in flight holds two (the client's connection and its upstream connection), and
+`RESERVED_FDS` are kept for listeners, the store, logs and idle pooled connections:
+`(RLIMIT_NOFILE soft - RESERVED_FDS) // 2`; at this machine's 20,000 that is 9,872.
 """
 
 from __future__ import annotations
 
 import logging
+import resource
 from typing import Any
 
 import msgspec
@@ -145,11 +154,13 @@ def check_responses(body: dict[str, Any], limits: LimitsConfig) -> None:
 class StreamSlots:
     """Inference requests in flight in this process, in total and per key."""
 
-    __slots__ = ("_per_key", "_per_key_limit", "_total_limit", "by_key", "total")
+    __slots__ = ("_per_key", "_per_key_limit", "_total_limit", "by_key", "limit", "total")
 
-    def __init__(self, limits: LimitsConfig) -> None:
-        self._total_limit = limits.max_concurrent_streams
+    def __init__(self, limits: LimitsConfig, nofile: int | None = None) -> None:
+        total = limits.max_concurrent_streams
+        self._total_limit = total if total is not None else derived_stream_limit(nofile)
         self._per_key_limit = limits.max_concurrent_streams_per_key
+        self.limit = self._total_limit
         self.total = 0
         self.by_key: dict[str, int] = {}  # only keys with a request in flight
 
@@ -166,7 +177,8 @@ class StreamSlots:
         key = principal.secret_hash
         if key:
             held = self.by_key.get(key, 0)
-            if held >= self._per_key_limit:
+            per_key = self._per_key_limit
+            if per_key is not None and held >= per_key:
                 raise _with_retry_after(
                     TooManyStreamsForKey(
                         f"This key already has {held} requests in flight, its limit; retry "
@@ -188,6 +200,19 @@ class StreamSlots:
 
 
 SLOTS = web.AppKey("stream_slots", StreamSlots)
+
+RESERVED_FDS = 256  # listeners, the store, logs, idle pooled upstream connections
+FDS_PER_STREAM = 2  # the client's connection and the upstream one
+
+
+def derived_stream_limit(nofile: int | None = None) -> int:
+    """The requests a process can hold at once when `max_concurrent_streams` is not set:
+    what its descriptor limit (`nofile`, else the process's soft RLIMIT_NOFILE) leaves after
+    `RESERVED_FDS`, two per request; at least 64."""
+    if nofile is None:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        nofile = soft if soft != resource.RLIM_INFINITY else 1 << 20
+    return max(64, (nofile - RESERVED_FDS) // FDS_PER_STREAM)
 
 
 def _with_retry_after(err: GatewayError) -> GatewayError:

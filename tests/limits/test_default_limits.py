@@ -1,0 +1,94 @@
+"""The default limits never refuse legitimate load: no per-key cap unless one is configured,
+and a process cap derived from the descriptors the process can hold (server/limits.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+
+from gateway.accounting.service import Principal
+from gateway.config import LimitsConfig
+from gateway.server.limits import SLOTS
+from gateway.server.limits import StreamSlots
+from gateway.server.limits import TooManyStreams
+from gateway.server.limits import derived_stream_limit
+from tests.limits.served import Served
+from tests.limits.served import served_gateway
+
+# One virtual key, no limits configured: the old per-key default (256) would refuse part of
+# this batch on a gateway nowhere near full.
+BATCH = 300
+STREAM = {"model": "mock/mock", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+CONFIG = """
+store: {url: "memory://"}
+auth: {master_key: sk-master}
+providers:
+  - {name: mock, kind: mock, mock: {chunks: 6, delay_s: 0.15}}
+keys:
+  - {name: batch-job, key: sk-batch}
+"""
+
+
+def test_the_default_process_cap_is_what_the_descriptor_limit_holds() -> None:
+    assert derived_stream_limit(20_000) == 9_872  # (20000 - 256) // 2
+    assert derived_stream_limit(1_256) == 500
+    assert derived_stream_limit(300) == 64  # a floor, for a tiny limit
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert StreamSlots(LimitsConfig()).limit == derived_stream_limit(soft)
+    assert StreamSlots(LimitsConfig(max_concurrent_streams=7)).limit == 7
+
+
+def test_one_key_may_fill_the_process_and_the_overflow_is_a_503() -> None:
+    slots = StreamSlots(LimitsConfig(), nofile=1_256)  # 500 requests
+    batch = Principal("virtual", secret_hash="h-batch")
+    held = [slots.take(batch) for _ in range(500)]
+    assert slots.by_key == {"h-batch": 500}
+    with pytest.raises(TooManyStreams) as refused:
+        slots.take(batch)
+    assert refused.value.status == 503
+    assert refused.value.headers["Retry-After"] == "1"
+    for key in held:
+        slots.give_back(key)
+    assert slots.total == 0
+    assert slots.by_key == {}
+
+
+@pytest.fixture
+async def gateway() -> AsyncIterator[tuple[Served, aiohttp.ClientSession]]:
+    connector = aiohttp.TCPConnector(limit=0)
+    async with (
+        served_gateway(CONFIG) as served,
+        aiohttp.ClientSession(connector=connector) as session,
+    ):
+        yield served, session
+
+
+async def test_a_batch_of_one_key_is_served_whole_with_the_default_limits(
+    gateway: tuple[Served, aiohttp.ClientSession],
+) -> None:
+    served, session = gateway
+    peak = 0
+
+    async def one() -> tuple[int, bytes]:
+        nonlocal peak
+        async with session.post(
+            served.url + "/v1/chat/completions",
+            json={
+                "model": "mock/mock",
+                "stream": True,
+                "messages": [{"role": "user", "content": "x"}],
+            },
+            headers={"Authorization": "Bearer sk-batch"},
+        ) as response:
+            peak = max(peak, served.app[SLOTS].total)
+            return response.status, await response.read()
+
+    results = await asyncio.wait_for(asyncio.gather(*(one() for _ in range(BATCH))), 60)
+    assert [status for status, _ in results] == [200] * BATCH
+    assert all(body.rstrip().endswith(b"data: [DONE]") for _, body in results)
+    assert peak > 256  # they really were in flight together, past the old per-key default
+    assert served.app[SLOTS].total == 0
