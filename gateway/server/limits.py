@@ -205,6 +205,25 @@ RESERVED_FDS = 256  # listeners, the store, logs, idle pooled upstream connectio
 FDS_PER_STREAM = 2  # the client's connection and the upstream one
 
 
+NOFILE_CEILING = 1 << 20  # what raising the soft limit aims for at most
+
+
+def raise_descriptor_limit() -> int:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit (at most NOFILE_CEILING),
+    as a server that holds a connection per client should: the soft default (often 1,024)
+    would cap a gateway at a few hundred streams on a host that allows far more. Workers
+    inherit it. Returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = NOFILE_CEILING if hard == resource.RLIM_INFINITY else min(hard, NOFILE_CEILING)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            log.warning("could not raise the descriptor limit from %d to %d", soft, target)
+    return soft
+
+
 def derived_stream_limit(nofile: int | None = None) -> int:
     """The requests a process can hold at once when `max_concurrent_streams` is not set:
     what its descriptor limit (`nofile`, else the process's soft RLIMIT_NOFILE) leaves after

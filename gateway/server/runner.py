@@ -39,6 +39,8 @@ from gateway.observability.logs import configure_logging
 from gateway.observability.segments import retire
 from gateway.server.connection import GatewayRunner
 from gateway.server.connection import handler_args
+from gateway.server.limits import SLOTS
+from gateway.server.limits import raise_descriptor_limit
 from gateway.server.state import STATE
 
 log = logging.getLogger("gateway.server")
@@ -96,7 +98,12 @@ async def _serve(config: Config, sock: socket.socket, metrics_dir: Path | None) 
     app = build_app(config, metrics_dir)
     runner, site = await start_site(app, config, sock)
     host, port = sock.getsockname()[:2]
-    log.info("listening on http://%s:%s", host if ":" not in host else f"[{host}]", port)
+    log.info(
+        "listening on http://%s:%s, up to %d concurrent requests",
+        host if ":" not in host else f"[{host}]",
+        port,
+        app[SLOTS].limit,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -135,6 +142,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
 
 def serve(config: Config, *, host: str, port: int, workers: int) -> int:
     configure_logging(config)
+    raise_descriptor_limit()  # before the workers start: they inherit it
     if workers <= 1:
         return run_worker(config, bind_socket(host, port, reuse_port=False))
     # The parent holds the port (bound, never listening) so that port 0 resolves once.

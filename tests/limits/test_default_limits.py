@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import signal
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -92,3 +98,46 @@ async def test_a_batch_of_one_key_is_served_whole_with_the_default_limits(
     assert all(body.rstrip().endswith(b"data: [DONE]") for _, body in results)
     assert peak > 256  # they really were in flight together, past the old per-key default
     assert served.app[SLOTS].total == 0
+
+
+def _low_soft_limit() -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+
+
+def test_a_gateway_started_at_a_low_soft_limit_raises_it_and_says_its_cap(
+    tmp_path: Path,
+) -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard <= 1024:
+        pytest.skip("needs a hard descriptor limit above 1024 to show the raise")
+    config = tmp_path / "gw.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(port)],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_low_soft_limit,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        line = ""
+        assert proc.stderr is not None
+        while time.monotonic() < deadline and "listening on" not in line:
+            line = proc.stderr.readline()
+            if not line and proc.poll() is not None:
+                break
+        target = min(hard, 1 << 20)
+        assert f"up to {derived_stream_limit(target)} concurrent requests" in line, line
+        limits = Path(f"/proc/{proc.pid}/limits").read_text()
+        assert any(
+            row.startswith("Max open files") and row.split()[3] == str(target)
+            for row in limits.splitlines()
+        ), limits
+    finally:
+        proc.send_signal(signal.SIGTERM)  # stopped by its id, as every process a test starts
+        proc.communicate(timeout=30)  # drains and closes its stderr
