@@ -21,6 +21,7 @@ from typing import TextIO
 import msgspec
 
 from gateway import config_check
+from gateway import config_convert
 from gateway import config_parse
 
 # re-exported: the rest of the gateway reads these names from here
@@ -193,7 +194,7 @@ def parse_config(text: str, env: Mapping[str, str], source: str = "<config>") ->
     problems = tree.problems
     config = config_parse.BAD
     if not config_parse.is_bad(tree.value):
-        config = config_parse.convert(tree.value, Config, (), problems, _dec_hook)
+        config = config_convert.convert(tree.value, Config, (), problems, _dec_hook)
     if isinstance(config, Config):
         # Semantic rules run on what did convert; a rule about a part that already has a
         # problem (or whose parent or child does) would only repeat it.
