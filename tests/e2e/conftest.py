@@ -48,6 +48,10 @@ class Gateway:
     def v1(self) -> str:
         return self.url + "/v1"
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
 
 def start_gateway(config: str, tmp: Path, extra_args: list[str] | None = None) -> Gateway:
     path = tmp / "gateway.yaml"

@@ -183,18 +183,50 @@ def not_recorded(log: Path) -> set[str]:
     return set(NOT_RECORDED.findall(log.read_text(errors="replace")))
 
 
-def fd_count(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+_ESTABLISHED = "01"
 
 
-async def settled_fd_count(pid: int, bound: int) -> int:
+def _outbound_established(pid: int, listen_port: int) -> set[str]:
+    """Inodes of the process's established TCP sockets that it opened itself (its local port
+    is not the one it listens on): the upstream and store pools' connections."""
+    inodes: set[str] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            if fields[3] == _ESTABLISHED and local_port != listen_port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def fd_count(pid: int, listen_port: int) -> int:
+    """The process's descriptors, less its open pooled connections out (to the upstream or
+    the store). A pool keeps as many idle connections as it once had in flight (bounded by
+    its idle cap) and a burst after a fault legitimately grows it; a leak is anything else:
+    a file, a listening or half-closed socket, a client connection left open."""
+    pooled = {f"socket:[{inode}]" for inode in _outbound_established(pid, listen_port)}
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:  # closed while we looked
+            continue
+        count += target not in pooled
+    return count
+
+
+async def settled_fd_count(pid: int, listen_port: int, bound: int) -> int:
     """The fd count once closes in flight are done (waits at most 3 s for it to be <= bound)."""
-    count = fd_count(pid)
+    count = fd_count(pid, listen_port)
     for _ in range(30):
         if count <= bound:
             break
         await asyncio.sleep(0.1)
-        count = fd_count(pid)
+        count = fd_count(pid, listen_port)
     return count
 
 

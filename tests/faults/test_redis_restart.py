@@ -90,7 +90,7 @@ async def test_redis_restart_under_load(
     made = await admin(gw.url, MASTER, "POST", "/admin/keys", {"name": "f", "budget_usd": 100})
     warm = await run_load(gw.url, made["key"], seconds=0.5, concurrency=CONCURRENCY)
     assert warm.outcomes["success"] == warm.requests > 0
-    fds_before = fd_count(gw.proc.pid)
+    fds_before = fd_count(gw.proc.pid, gw.port)
     marks: dict[str, float] = {}
 
     async def fault() -> None:
@@ -105,7 +105,7 @@ async def test_redis_restart_under_load(
     tally = await run_load(
         gw.url, made["key"], seconds=LOAD_S, concurrency=CONCURRENCY, fault=fault()
     )
-    fds_after = await settled_fd_count(gw.proc.pid, fds_before + FD_SLACK)
+    fds_after = await settled_fd_count(gw.proc.pid, gw.port, fds_before + FD_SLACK)
     key = await admin(gw.url, MASTER, "GET", f"/admin/keys/{made['id']}")
     lost = not_recorded(gw.log) & (set(tally.costs) | set(warm.costs))
     answered = sum(tally.costs.values()) + sum(warm.costs.values())

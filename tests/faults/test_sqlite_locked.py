@@ -89,7 +89,7 @@ async def test_sqlite_locked_under_load(
     # as many in flight as the fault will pile up: the idle pools reach their size first
     warm = await run_load(gw.url, made["key"], seconds=1.0, concurrency=CONCURRENCY)
     assert warm.outcomes["success"] == warm.requests > 0
-    fds_before = fd_count(gw.proc.pid)
+    fds_before = fd_count(gw.proc.pid, gw.port)
     marks: dict[str, float] = {}
 
     async def fault() -> None:
@@ -105,7 +105,7 @@ async def test_sqlite_locked_under_load(
     tally = await run_load(
         gw.url, made["key"], seconds=LOAD_S, concurrency=CONCURRENCY, fault=fault(), rate=RATE
     )
-    fds_after = await settled_fd_count(gw.proc.pid, fds_before + FD_SLACK)
+    fds_after = await settled_fd_count(gw.proc.pid, gw.port, fds_before + FD_SLACK)
     key = await admin(gw.url, MASTER, "GET", f"/admin/keys/{made['id']}")
     costs = {**warm.costs, **tally.costs}
     lost = not_recorded(gw.log) & set(costs)
