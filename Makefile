@@ -9,7 +9,7 @@ LOCK := requirements.lock
 # the lock's pins without the hashes: keeps the dev extras from moving a locked package
 LOCK_CONSTRAINTS := $(VENV)/lock-constraints.txt
 
-.PHONY: run test lint lock bench bench-micro bench-peers rig clean fuzz soak
+.PHONY: run test lint lock bench bench-micro bench-peers bench-traffic rig clean fuzz soak
 
 # The runtime dependencies come from the lock alone (hash-checked), then the gateway without
 # resolving anything (--no-deps), then the dev extras held to the lock's versions.
@@ -69,6 +69,19 @@ bench-peers: $(STAMP)
 		--extra ours 'exec $(CURDIR)/$(PY) -m gateway serve --config $(CURDIR)/bench/peers/ours.yaml' \
 		http://127.0.0.1:$(PEERS_PORT)/v1/chat/completions --model ours ours \
 		--header ours 'Authorization: Bearer sk-gw-bench-0123456789abcdef' $(PEERS_ARGS)
+
+# Real LLM traffic shape (bench/traffic/, docs/benchmarks.md): thousands of paced streams held
+# open, 1 KB - 1 MB prompts, tool-call streams; direct, ours, LiteLLM and Portkey each alone on
+# CPU 1, the paced fake upstream and the load generator on CPU 0. Needs the peers of
+# install_peers.sh. Bounded: every cell by its duration + drain, the run by --max-total (~20
+# minutes with these defaults). Table and raw results in bench/results/traffic-<UTC>/.
+#   make bench-traffic TRAFFIC_ARGS='--quick'                  (a smoke test, ~30 s)
+#   make bench-traffic TRAFFIC_ARGS='--calibrate'              (the harness's own ceiling)
+#   make bench-traffic TRAFFIC_ARGS='--scenario held --targets direct,ours'
+TRAFFIC_ARGS ?= --rounds 1 --duration 20 --max-total 1500
+bench-traffic: $(STAMP)
+	PEERS_HOME='$(PEERS_HOME)' bash bench/peers/install_peers.sh
+	PEERS_HOME='$(PEERS_HOME)' $(PY) -m bench.traffic.run $(TRAFFIC_ARGS)
 
 # atheris on every sans-IO decoder and translator, FUZZ_SECONDS per target (docs/testing.md)
 FUZZ_SECONDS ?= 60
