@@ -61,6 +61,18 @@ class PeakSampler(threading.Thread):
             self.stopping.wait(SAMPLE_PERIOD_S)
 
 
+def cpu_busy_s() -> dict[str, float]:
+    """Busy seconds of every CPU so far (/proc/stat: all but idle and iowait)."""
+    busy = {}
+    with open("/proc/stat") as stat:
+        for line in stat:
+            name, *fields = line.split()
+            if name.startswith("cpu") and name != "cpu":
+                ticks = [int(value) for value in fields[:8]]
+                busy[name[3:]] = (sum(ticks) - ticks[3] - ticks[4]) / CLK
+    return busy
+
+
 def _pinned(cpu: str | None, argv: list[str]) -> list[str]:
     return ["taskset", "-c", cpu, *argv] if cpu else argv
 
@@ -106,6 +118,7 @@ def run_cell(
     sampler = PeakSampler(target)
     sampler.start()
     ticks_before = target.cpu_ticks()
+    busy_before = cpu_busy_s()
     started = time.monotonic()
     argv = _pinned(load_cpu, client_argv(target, cell, client_procs, ramp_per_s))
     try:
@@ -115,11 +128,14 @@ def run_cell(
         output, client_error = "", f"client timed out after {bound_s:.0f}s: {timeout}"
     elapsed = time.monotonic() - started
     ticks_after = target.cpu_ticks()
+    busy_after = cpu_busy_s()
     sampler.stopping.set()
     sampler.join()
     result: dict[str, Any] = {"target": target.name, "scenario": cell.scenario, "cell": cell.label}
     result.update(conns=cell.conns, duration_s=cell.duration_s, elapsed_s=elapsed)
     result["one_shot"] = cell.one_shot
+    # how busy each CPU was, whoever used it: other work on the machine shows up here
+    result["cpu_busy_s"] = {cpu: busy_after[cpu] - busy_before.get(cpu, 0.0) for cpu in busy_after}
     result.update(cpu_s=(ticks_after - ticks_before) / CLK, peak_rss_kb=sampler.peak_kb)
     result["idle_rss_kb"] = target.idle_rss_kb
     procs = None

@@ -7,7 +7,8 @@ the per-chunk added delay p50/p99/max and its excess over `direct` in the same c
 what the gateway adds), inter-arrival p50/p99/max, peak RSS, RSS per open stream ((peak - idle)
 / connections), CPU microseconds per relayed chunk (the target tree's CPU time / chunks the
 client received), probe lag p50/p99/max, and the upstream's pacing lateness p99 (its own
-ceiling check: when it is high, the upstream, not the target, limited the cell).
+ceiling check: when it is high, the upstream, not the target, limited the cell), and how busy
+each CPU was during the cell, whoever used it (work of others on the machine shows there).
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ def _merge_rounds(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out["peak_rss_kb"] = max(run["peak_rss_kb"] for run in runs)
     out["idle_rss_kb"] = min(run["idle_rss_kb"] for run in runs)
     out["one_shot"] = first.get("one_shot", False)
+    busy: Counter[str] = Counter()
+    for run in runs:
+        busy.update(run.get("cpu_busy_s", {}))
+    out["cpu_busy_s"] = dict(busy)
+    out["elapsed_s"] = sum(run.get("elapsed_s", 0.0) for run in runs)
     return out
 
 
@@ -90,6 +96,12 @@ def figures(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["probe_errors"] = merged_run.get("probe_errors", 0)
         row["upstream_lateness"] = h["lateness"].summary_ms()
         row["upstream_chunks"] = merged_run["upstream_chunks"]
+        elapsed = merged_run["elapsed_s"]
+        row["cpu_busy_pct"] = (
+            {cpu: 100.0 * seconds / elapsed for cpu, seconds in merged_run["cpu_busy_s"].items()}
+            if elapsed
+            else {}
+        )
         rows.append(row)
     direct = {(r["scenario"], r["cell"]): r for r in rows if r["target"] == "direct"}
     for row in rows:
@@ -155,6 +167,7 @@ COLUMNS = (
     "CPU µs/chunk",
     "probe p50 / p99 / max",
     "up late p99",
+    "CPU0 / CPU1 busy %",
 )
 
 
@@ -183,6 +196,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             fmt(row["cpu_us_per_chunk"]),
             _triple(row["probe"], ("p50", "p99", "max")),
             fmt(row["upstream_lateness"]["p99"]),
+            " / ".join(f"{row['cpu_busy_pct'].get(cpu, 0):.0f}" for cpu in ("0", "1")),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

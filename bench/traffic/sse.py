@@ -190,7 +190,7 @@ class ResponseReader:
             self.body += data
             return
         sse = self.sse + data if self.sse else data
-        if b"\r" in sse:
+        if b"\r" in data or sse.endswith(b"\r"):  # CRLF line ends (none of ours, but allowed)
             sse = sse.replace(b"\r\n", b"\n")
         start = 0
         while True:
@@ -252,10 +252,11 @@ class ResponseReader:
     def _stamps(self, text: str, now_ns: int) -> None:
         if "@" not in text:
             return
+        delay, gap = self.delay.record, self.gap.record
         for sent_ns in wire.stamps_in(text):
-            self.delay.record_ns(now_ns - sent_ns)
+            delay((now_ns - sent_ns) / 1000.0)
             if self.last_chunk_ns:
-                self.gap.record_ns(now_ns - self.last_chunk_ns)
+                gap((now_ns - self.last_chunk_ns) / 1000.0)
             self.last_chunk_ns = now_ns
             self.chunks += 1
 

@@ -51,6 +51,7 @@ from bench.traffic.answers import http_message
 from bench.traffic.hist import Histogram
 
 MAX_HEAD_BYTES = 64 * 1024
+EARLY_NS = 250_000
 MAX_BODY_BYTES = 16 * 1024 * 1024
 CHAT_PATHS = (b"/v1/chat/completions", b"/chat/completions")
 _encode = msgspec.json.Encoder().encode
@@ -87,15 +88,20 @@ class Pacer:
         if self.handle is not None:
             self.handle.cancel()
         self.armed_tick = tick
-        delay_s = (tick * self.tick_ns - time.monotonic_ns()) / 1e9
-        self.handle = self.loop.call_later(max(0.0, delay_s), self._fire)
+        # whole milliseconds, rounded up: libuv's timers are ms-grained, and a timer armed for
+        # 0.4 ms would fire at once, find nothing due and re-arm: a busy loop until the tick
+        remaining_ns = tick * self.tick_ns - time.monotonic_ns()
+        delay_ms = -(-remaining_ns // 1_000_000) if remaining_ns > 0 else 0
+        self.handle = self.loop.call_later(delay_ms / 1000.0, self._fire)
 
     def _fire(self) -> None:
         self.handle = None
         self.armed_tick = None
         self.firing = True  # streams re-added meanwhile do not arm; the heap's head does, below
         now = time.monotonic_ns()
-        now_tick = now // self.tick_ns
+        # libuv's cached loop time can make a timer fire a little early: count what is due
+        # within EARLY_NS as due (its stamp is taken now, so no delay figure changes)
+        now_tick = (now + EARLY_NS) // self.tick_ns
         ticks, due, events, record = self.ticks, self.due, self.events, self.lateness.record_ns
         while ticks and ticks[0] <= now_tick:
             for stream in due.pop(heapq.heappop(ticks)):
@@ -297,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=20)
     parser.add_argument("--interval-ms", type=float, default=100.0)
     parser.add_argument("--size", type=int, default=20, help="content bytes per delta")
-    parser.add_argument("--tick-ms", type=float, default=1.0, help="the pacing timer's tick")
+    parser.add_argument("--tick-ms", type=float, default=1.0, help="the pacing timer's tick (>= 1)")
     args = parser.parse_args(argv)
     shape = Shape(max(1, args.chunks), args.interval_ms, args.size)
     _raise_nofile()
