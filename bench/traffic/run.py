@@ -6,8 +6,8 @@
 
 Per round and scenario: starts the paced fake upstream (bench.traffic.upstream) pinned to the
 load CPU with the scenario's shape; then per target (in order, reversed on even rounds so drift
-cancels): starts it pinned to the gateway CPU, waits until it answers a chat request, measures
-its idle RSS, runs the scenario's cells (cell.py), stops it by its id. Then the upstream stops.
+cancels): starts it pinned to the gateway CPU, waits until it answers a chat request, warms it
+up (targets.warm_up), measures its idle RSS, runs the scenario's cells (cell.py), stops it by its id. Then the upstream stops.
 Writes results.json and table.md into bench/results/traffic-<UTC>/ (or --out-dir) and prints
 the table. `--calibrate` instead runs `direct` alone at rising concurrency and reports the
 harness's ceiling (also saved as bench/results/traffic-calibration.json, which every later run
@@ -143,6 +143,7 @@ def _one_target(
             log(f"!! {name} skipped: {target.skip}")
             return
         probe_cpu = args.load_cpu if name == "direct" else args.gw_cpu
+        targets.warm_up(target, 2 if args.quick else 10)
         wait_idle([target.root_pid], max_wait=args.idle_wait)
         target.idle_rss_kb = target.rss_kb()
         log(

@@ -149,9 +149,9 @@ def make_target(
     raise SystemExit(f"unknown target {name!r} (one of {', '.join(TARGET_NAMES)})")
 
 
-def chat_ok(target: Target, timeout: float = 5.0) -> bool:
-    """One small non-stream chat request answered 200."""
-    body = wire.request_body(target.model, 200, stream=False, tools=False)
+def chat_ok(target: Target, timeout: float = 5.0, stream: bool = False) -> bool:
+    """One small chat request answered 200 (its whole body read)."""
+    body = wire.request_body(target.model, 200, stream=stream, tools=False)
     headers = {"Content-Type": "application/json"}
     for line in target.headers:
         key, _, value = line.partition(":")
@@ -187,6 +187,14 @@ def start(target: Target, run_dir: Path, ready_timeout: float, upstream_pid: int
             return
         time.sleep(0.25)
     target.skip = f"not ready after {ready_timeout:.0f}s"
+
+
+def warm_up(target: Target, requests: int = 10) -> None:
+    """A few requests of each kind before anything is timed: a peer's first requests pay for
+    its lazy imports and caches (LiteLLM's first answer takes over a second)."""
+    for _ in range(requests):
+        chat_ok(target, timeout=30.0)
+        chat_ok(target, timeout=30.0, stream=True)
 
 
 def stop(target: Target) -> None:

@@ -107,6 +107,29 @@ def test_a_tools_stream_split_anywhere_reassembles(cuts: list[int], chunks: int)
     assert [reader.calls[i]["name"] for i in (0, 1)] == ["get_weather", "get_time"]
 
 
+def reframed(data: bytes, edit: bytes, to: bytes) -> bytes:
+    """The same response with `edit` replaced by `to` inside every HTTP chunk, re-framed."""
+    head, _, body = data.partition(b"\r\n\r\n")
+    out = head + b"\r\n\r\n"
+    while body:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            return out + b"0\r\n\r\n"
+        out += frame(body[:size].replace(edit, to))
+        body = body[size + 2 :]
+    return out
+
+
+@settings(max_examples=50, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=1 << 20), max_size=40))
+def test_crlf_line_ends_split_anywhere_read_the_same(cuts: list[int]) -> None:
+    data = reframed(stream_bytes(5, tools=False), b"\n", b"\r\n")
+    assert data.count(b"\r\n\r\n\r\n") >= 5  # each event ends CRLF CRLF, then its chunk CRLF
+    reader = read(data, cuts, tools=False, chunks=5)
+    assert (reader.kind, reader.chunks, reader.done) == (None, 5, True)
+
+
 def test_a_wrong_tool_call_is_an_error() -> None:
     right = stream_bytes(6, tools=True)
     for wrong in (
@@ -138,7 +161,7 @@ def test_answers_that_are_not_right_get_their_kind() -> None:
     no_done = right.replace(frame(b"data: [DONE]\n\n"), b"")
     assert read(no_done, [], False, 4).kind == "no_done"
     assert read(right, [], False, 5).kind == "missing_chunks"
-    broken = right.replace(b'"finish_reason":"stop"', b'"finish_reason":stop!!')  # same length
+    broken = reframed(right, b'"finish_reason":"stop"', b'"finish_reason":"stop"}}')
     assert read(broken, [], False, 4).kind == "bad_json"
     body = b'{"error": {"message": "slow down", "type": "rate_limit", "code": "rpm"}}'
     head = b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: %d\r\n\r\n" % len(body)
