@@ -18,6 +18,7 @@ import asyncio
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http_writer import StreamWriter
 
 from gateway.framing.sse import encode_comment
 from gateway.stream.deadlines import Deadlines
@@ -39,6 +40,7 @@ class _SSEResponse(web.StreamResponse):
 DEFAULT_HIGH_WATER = 65536  # asyncio's and uvloop's default, for a transport that hides it
 FRAMING_SLACK = 32  # what chunked encoding adds around one write
 HEAD_SLACK = 16384  # the status line and headers, which leave with the first write
+_COPY_BELOW = 16384  # a chunk this small is framed by copying it: cheaper than three buffers
 
 
 class ClientGone(Exception):
@@ -72,6 +74,8 @@ class ClientStream:
         self.deadlines: Deadlines | None = None  # the read loop's, told about each write
         self.first_output_at: float | None = None
         self.keepalive_bytes = KEEPALIVE  # the inbound API's own (Anthropic: a ping event)
+        self._direct: asyncio.Transport | None = None  # see write()
+        self._protocol = http.protocol
 
     async def deliver(self, out: list[bytes], output_seen: bool, last: bool = False) -> None:
         """Bytes of one upstream read: held until the first output, then written at once.
@@ -105,14 +109,32 @@ class ClientStream:
     async def write(self, data: bytes, *, progress: bool = True) -> None:
         """Write with backpressure. A write that completes counts as progress for the idle
         deadline (a client slow to read must not look like a silent upstream); a keep-alive
-        (`progress=False`) does not."""
+        (`progress=False`) does not.
+
+        Once aiohttp has sent the head (the first write), a write that fits under the
+        high-water mark goes to the transport here, framed as one HTTP chunk in one
+        `transport.write`: aiohttp's `StreamResponse.write` costs two more coroutines and a
+        three-buffer `writelines` per chunk, for nothing a stream needs (no compression, no
+        length to count, and a write with room never waits)."""
         response = self.response
         assert response is not None
         try:
-            if self._has_room(len(data)):
+            direct = self._direct
+            if direct is not None and self._has_room(len(data)):
+                if direct.is_closing():
+                    raise ClientGone
+                if not data:
+                    pass  # an empty chunk would end the body (aiohttp skips it too)
+                elif len(data) < _COPY_BELOW:
+                    direct.write(b"%x\r\n%b\r\n" % (len(data), data))
+                else:  # a large write is not copied into a framed one
+                    direct.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
+            elif self._has_room(len(data)):
                 await response.write(data)  # stays under the high-water mark: cannot wait
+                self._go_direct(response)
             else:
                 await self._write_bounded(response, data, eof=False)
+                self._go_direct(response)
         except _CLIENT_GONE:
             raise ClientGone from None
         self._slack = FRAMING_SLACK
@@ -121,6 +143,13 @@ class ClientStream:
             deadlines.last_write = now = self._loop.time()
             if progress:
                 deadlines.last_upstream = now
+
+    def _go_direct(self, response: web.StreamResponse) -> None:
+        """After aiohttp's first write (the head went with it), write chunks directly when
+        the body is chunked (HTTP/1.1; an HTTP/1.0 client's body stays aiohttp's)."""
+        writer = response._payload_writer
+        if self._direct is None and isinstance(writer, StreamWriter) and writer.chunked:
+            self._direct = self._http.transport
 
     async def end(self, data: bytes) -> web.StreamResponse:
         """The last bytes (with anything held back, and the headers if nothing was sent
@@ -144,11 +173,11 @@ class ClientStream:
     def _has_room(self, size: int) -> bool:
         """Whether `size` more bytes fit under the transport's high-water mark, so a write
         of them returns without waiting for the client."""
-        transport = self._http.transport
+        transport = self._protocol.transport
         return (
             self._behind_since is None
             and transport is not None
-            and not self._http.protocol.writing_paused
+            and not self._protocol.writing_paused
             and transport.get_write_buffer_size() + size + self._slack <= self._high_water
         )
 
