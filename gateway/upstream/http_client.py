@@ -1,7 +1,8 @@
 """The upstream HTTP/1.1 client: pooled keep-alive connections on asyncio Protocols.
 
 Built for the gateway's one pattern (POST a body, stream the answer back) and for speed:
-a request is one `transport.write`, the response is parsed by the sans-IO
+a request is one `transport.write` (a large body: one `writelines`, its bytes not
+copied behind the head), the response is parsed by the sans-IO
 `framing.http1.ResponseParser` inside `data_received`, and the body is handed to the actor
 as the bytes arrive, with flow control (reading pauses while too much is buffered). A
 response read to its end returns its connection to the pool; anything else closes it, so
@@ -33,6 +34,7 @@ from gateway.upstream.alarm import AlarmClock
 HIGH_WATER = 1 << 20  # buffered body bytes at which reading pauses
 IDLE_TTL_S = 30.0  # a pooled connection unused this long is closed rather than reused
 MAX_IDLE_PER_HOST = 512
+_JOIN_BELOW = 65536  # a request body this small is joined to its head (one buffer, one copy)
 # Without Accept-Encoding a server may compress; the gateway forwards bytes, so it asks not to.
 _DEFAULT_HEADERS = {"User-Agent": "gateway/0.1", "Accept-Encoding": "identity"}
 
@@ -125,11 +127,15 @@ class Http1Connection(asyncio.Protocol):
 
     # --- the request, as the actor sees it ---------------------------------------------------
 
-    def send(self, request: bytes) -> None:
-        """Write the request; `head()` waits for the answer."""
+    def send(self, head: bytes, body: bytes) -> None:
+        """Write the request (its head and body); `head()` waits for the answer."""
         assert self.transport is not None
         self._sent = True
-        self.transport.write(request)
+        if len(body) < _JOIN_BELOW:
+            self.transport.write(head + body)
+        else:
+            # a large body (a long context) is not copied behind its head: one writev
+            self.transport.writelines((head, body))
 
     async def head(self) -> ResponseHead:
         """The response head, once it arrived. Cancelling this wait loses nothing (the head
@@ -243,16 +249,22 @@ class UpstreamResponse:
 class PendingResponse:
     """A request on the wire whose answer has not arrived yet."""
 
-    __slots__ = ("_connect_s", "_connection", "_payload", "_pool")
+    __slots__ = ("_body", "_connect_s", "_connection", "_head", "_pool")
 
     def __init__(
-        self, pool: HttpPool, connection: Http1Connection, payload: bytes, connect_s: float
+        self,
+        pool: HttpPool,
+        connection: Http1Connection,
+        head: bytes,
+        body: bytes,
+        connect_s: float,
     ) -> None:
         self._pool = pool
-        self._payload = payload
+        self._head = head
+        self._body = body
         self._connect_s = connect_s
         self._connection = connection
-        connection.send(payload)
+        connection.send(head, body)
 
     async def response(self) -> UpstreamResponse:
         """The response once its head arrived. Cancelling this wait (a timer that wakes the
@@ -264,7 +276,7 @@ class PendingResponse:
                 # The upstream cannot have seen it: send it again on a fresh connection
                 # (which is never stale, so this happens at most once).
                 self._connection = await self._pool._connect(self._connection.key, self._connect_s)
-                self._connection.send(self._payload)
+                self._connection.send(self._head, self._body)
                 continue
             return UpstreamResponse(self._connection, head)
 
@@ -299,9 +311,9 @@ class HttpPool:
         """POST `body` to `url` (connecting if no idle connection is kept); the answer is
         awaited separately, so a caller may wake up meanwhile without giving it up."""
         key, head, tail = self._request_head(url, headers)
-        payload = b"%sContent-Length: %d\r\n%s%s" % (head, len(body), tail, body)
+        request_head = b"%sContent-Length: %d\r\n%s" % (head, len(body), tail)
         connection = self._take(key) or await self._connect(key, connect_s)
-        return PendingResponse(self, connection, payload, connect_s)
+        return PendingResponse(self, connection, request_head, body, connect_s)
 
     def put(self, connection: Http1Connection) -> None:
         idle = self._idle.setdefault(connection.key, [])
