@@ -10,6 +10,7 @@ report.py turns into figures.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -121,11 +122,25 @@ def run_cell(
     busy_before = cpu_busy_s()
     started = time.monotonic()
     argv = _pinned(load_cpu, client_argv(target, cell, client_procs, ramp_per_s))
+    # its own session: the client forks its processes, and all of them stop with the group
+    client = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=bound_s, check=False)
-        output, client_error = done.stdout, done.stderr[-2000:]
-    except subprocess.TimeoutExpired as timeout:
-        output, client_error = "", f"client timed out after {bound_s:.0f}s: {timeout}"
+        output, errors = client.communicate(timeout=bound_s)
+        client_error = errors[-2000:]
+    except subprocess.TimeoutExpired:
+        output, client_error = "", f"client timed out after {bound_s:.0f}s"
+        _stop_group(client)
+    except BaseException:
+        _stop_group(client)  # Ctrl-C or SIGTERM of the run: no load left behind
+        if probe is not None:
+            _stop_group(probe)
+        raise
     elapsed = time.monotonic() - started
     ticks_after = target.cpu_ticks()
     busy_after = cpu_busy_s()
@@ -149,6 +164,18 @@ def run_cell(
         result["probe"] = _stop_probe(probe)
     result["upstream"] = upstream_stats(stats_ports)
     return result
+
+
+def _stop_group(process: subprocess.Popen[str]) -> None:
+    """Stops a process this module started in its own session, and what it forked."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
 
 
 def _stop_probe(probe: subprocess.Popen[str]) -> dict[str, Any] | None:

@@ -7,7 +7,8 @@
 Per round and scenario: starts the paced fake upstream (bench.traffic.upstream) pinned to the
 load CPU with the scenario's shape; then per target (in order, reversed on even rounds so drift
 cancels): starts it pinned to the gateway CPU, waits until it answers a chat request, warms it
-up (targets.warm_up), measures its idle RSS, runs the scenario's cells (cell.py), stops it by its id. Then the upstream stops.
+up (targets.warm_up), measures its idle RSS, runs the scenario's cells (cell.py), stops it by
+its id. Then the upstream stops.
 Writes results.json and table.md into bench/results/traffic-<UTC>/ (or --out-dir) and prints
 the table. `--calibrate` instead runs `direct` alone at rising concurrency and reports the
 harness's ceiling (also saved as bench/results/traffic-calibration.json, which every later run
@@ -20,6 +21,7 @@ import argparse
 import http.client
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -47,7 +49,9 @@ def log(message: str) -> None:
 
 def free_ports(count: int) -> int:
     """The first of `count` consecutive free loopback ports."""
-    for base in range(21000, 40000, 97):
+    # from a random start: two runs at once (a test beside a matrix) should not collide
+    start = random.randrange(21000, 39000)
+    for base in range(start, start + 20000, 97):
         sockets = []
         try:
             for port in range(base, base + count):

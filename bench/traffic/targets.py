@@ -16,6 +16,7 @@ import http.client
 import os
 import secrets
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from dataclasses import field
@@ -149,8 +150,10 @@ def make_target(
     raise SystemExit(f"unknown target {name!r} (one of {', '.join(TARGET_NAMES)})")
 
 
-def chat_ok(target: Target, timeout: float = 5.0, stream: bool = False) -> bool:
-    """One small chat request answered 200 (its whole body read)."""
+def chat_ok(
+    target: Target, timeout: float = 5.0, stream: bool = False, read_bytes: int = -1
+) -> bool:
+    """One small chat request answered 200 (its body read: all, or the first `read_bytes`)."""
     body = wire.request_body(target.model, 200, stream=stream, tools=False)
     headers = {"Content-Type": "application/json"}
     for line in target.headers:
@@ -160,7 +163,10 @@ def chat_ok(target: Target, timeout: float = 5.0, stream: bool = False) -> bool:
     try:
         connection.request("POST", "/v1/chat/completions", body=body, headers=headers)
         response = connection.getresponse()
-        response.read()
+        if read_bytes >= 0:
+            response.read(read_bytes)
+        else:
+            response.read()
         return response.status == 200
     except OSError:
         return False
@@ -194,7 +200,14 @@ def warm_up(target: Target, requests: int = 10) -> None:
     its lazy imports and caches (LiteLLM's first answer takes over a second)."""
     for _ in range(requests):
         chat_ok(target, timeout=30.0)
-        chat_ok(target, timeout=30.0, stream=True)
+    # streams only to their first event, then closed: a held stream would take 30 s
+    threads = [
+        threading.Thread(target=chat_ok, args=(target, 30.0, True, 200)) for _ in range(requests)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
 
 
 def stop(target: Target) -> None:
