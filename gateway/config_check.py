@@ -26,6 +26,8 @@ from gateway.config_parse import Path
 from gateway.config_parse import Problem
 from gateway.config_parse import is_bad
 from gateway.providers.registry import kinds_speaking
+from gateway.store.redis_url import cluster_seeds
+from gateway.store.redis_url import is_cluster_url
 
 if TYPE_CHECKING:
     from gateway.config import Config
@@ -35,7 +37,10 @@ if TYPE_CHECKING:
     from gateway.config import VirtualKeyConfig
     from gateway.config_base import ProviderKey
 
-_STORE_FORMS = "memory://, sqlite:///PATH, redis://HOST:PORT/DB or rediss://HOST:PORT/DB"
+_STORE_FORMS = (
+    "memory://, sqlite:///PATH, redis://HOST:PORT/DB, rediss://HOST:PORT/DB or "
+    "redis+cluster://HOST:PORT[,HOST:PORT...]"
+)
 
 
 def check(
@@ -105,9 +110,12 @@ def _check_server(config: Config) -> Iterator[Problem]:
 
 
 def store_url_ok(url: str) -> bool:
-    """memory://, sqlite:///PATH, or redis[s]://HOST[:PORT][/DB] with an integer DB."""
+    """memory://, sqlite:///PATH, redis[s]://HOST[:PORT][/DB] with an integer DB, or
+    redis[s]+cluster://HOST:PORT[,HOST:PORT...] (gateway/store/redis_conn.py)."""
     if url == "memory://":
         return True
+    if is_cluster_url(url):
+        return cluster_seeds(url) is not None
     if url.startswith("sqlite:///"):
         return len(url) > len("sqlite:///")
     try:

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need outside the Python venv, from Debian's packages:
 #   redis-server  the store tests start one on a free loopback port (tests/redis_server.py)
+#   redis-cli     joins three of them into a Redis Cluster (tests/redis_cluster.py); Debian's
+#                 redis-tools, which redis-server depends on
 #   prometheus    the dashboard test starts one scraping a gateway (tests/prometheus_server.py)
 #   nginx         the rig runs one in front of two gateways (deploy/rig/), from a config of its
 #                 own in a temporary directory: the system's nginx service is never used
@@ -10,7 +12,9 @@ set -euo pipefail
 
 NAME="tests/install_deps.sh"
 # binary on PATH -> the Debian package that provides it
-declare -A PACKAGE_OF=([redis-server]=redis-server [prometheus]=prometheus [nginx]=nginx)
+declare -A PACKAGE_OF=(
+  [redis-server]=redis-server [redis-cli]=redis-tools [prometheus]=prometheus [nginx]=nginx
+)
 
 MISSING=()
 for binary in "${!PACKAGE_OF[@]}"; do

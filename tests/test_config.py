@@ -222,8 +222,8 @@ SEMANTIC = [
     ("store: {responses_ttl_s: 0}", "store.responses_ttl_s: must be > 0"),
     (
         "store: {url: 'postgres://db/x'}",
-        "store.url: expected memory://, sqlite:///PATH, redis://HOST:PORT/DB or "
-        "rediss://HOST:PORT/DB",
+        "store.url: expected memory://, sqlite:///PATH, redis://HOST:PORT/DB, "
+        "rediss://HOST:PORT/DB or redis+cluster://HOST:PORT[,HOST:PORT...]",
     ),
     ("providers: [{name: '', kind: mock}]", "providers[0].name: must not be empty"),
     ("providers: [{name: a/b, kind: mock}]", "providers[0].name: must not contain '/'"),
@@ -420,6 +420,8 @@ def test_semantic_problem_against_base(text: str, problem: str) -> None:
         "redis://localhost:6379/0",
         "rediss://user:pw@cache.internal:6380/2",
         "redis://cache",
+        "redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
+        "rediss+cluster://:pw@cache-0:6380/0",
     ],
 )
 def test_store_urls_accepted(url: str) -> None:
@@ -427,7 +429,11 @@ def test_store_urls_accepted(url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["sqlite:///", "sqlite://x.db", "redis://:6379/0", "redis://h:port/0", "redis://h/x"]
+    "url",
+    [
+        *("sqlite:///", "sqlite://x.db", "redis://:6379/0", "redis://h:port/0", "redis://h/x"),
+        *("redis+cluster://h", "redis+cluster://h:1,:2", "redis+cluster://h:1/1"),
+    ],
 )
 def test_store_urls_rejected(url: str) -> None:
     (problem,) = problems_of(f"store: {{url: '{url}'}}")
@@ -471,8 +477,8 @@ models:
         "server.port: expected int, got str",
         "server.workers: must be >= 1",
         "server.nmae: unknown field",
-        "store.url: expected memory://, sqlite:///PATH, redis://HOST:PORT/DB or "
-        "rediss://HOST:PORT/DB",
+        "store.url: expected memory://, sqlite:///PATH, redis://HOST:PORT/DB, "
+        "rediss://HOST:PORT/DB or redis+cluster://HOST:PORT[,HOST:PORT...]",
         "providers[0].keys[0].key: environment variable OPENAI_API_KEY is not set",
         "providers[1].kind: must be one of anthropic, azure, bedrock, gemini, mock, ollama, "
         "openai, vertex",

@@ -3,7 +3,8 @@
 Values are bytes (callers encode with msgspec); every key has a time to live. Backends:
 `memory://` (this process only, lost on restart), `sqlite:///PATH` (the embedded default,
 shared by the workers of one machine: sqlite_kv.py), `redis://HOST:PORT/DB` and `rediss://`
-(shared by replicas: redis_kv.py).
+(shared by replicas: redis_kv.py), and `redis+cluster://HOST:PORT[,HOST:PORT...]` (a Redis
+Cluster: redis_conn.py).
 
 Errors, by what the caller does next:
 
@@ -84,6 +85,7 @@ class MemoryKV:
 
 
 SQLITE_PREFIX = "sqlite:///"
+STORE_FORMS = "memory://, sqlite:///PATH, redis://, rediss:// or redis+cluster://"
 
 
 def sqlite_path(url: str) -> str:
@@ -127,9 +129,9 @@ def make_kv(url: str) -> KeyValueStore:
         from gateway.store.sqlite_kv import SqliteKV
 
         return SqliteKV(sqlite_path(url))
-    if scheme in ("redis", "rediss"):
+    if scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
         from gateway.store.redis_kv import RedisKV
 
         return RedisKV(url)
     # Nothing of the URL is quoted: it may carry a password.
-    raise StoreMisconfigured("store.url: expected memory://, sqlite:///PATH, redis:// or rediss://")
+    raise StoreMisconfigured(f"store.url: expected {STORE_FORMS}")

@@ -20,6 +20,7 @@ from typing import Protocol
 import msgspec
 
 from gateway.store.kv import SQLITE_PREFIX
+from gateway.store.kv import STORE_FORMS
 from gateway.store.kv import StoreMisconfigured
 from gateway.store.kv import sqlite_path
 from gateway.store.kv import store_problem
@@ -188,8 +189,8 @@ def make_ledger(url: str) -> Ledger:
         from gateway.store.sqlite_ledger import SqliteLedger
 
         return SqliteLedger(sqlite_path(url))
-    if scheme in ("redis", "rediss"):
+    if scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
         from gateway.store.redis_ledger import RedisLedger
 
         return RedisLedger(url)
-    raise StoreMisconfigured("store.url: expected memory://, sqlite:///PATH, redis:// or rediss://")
+    raise StoreMisconfigured(f"store.url: expected {STORE_FORMS}")

@@ -3,64 +3,42 @@
 Keys carry KEY_PREFIX, so the gateway can share a redis database with other programs. Expiry
 is redis's own (SET ... PX), so every replica sees a key vanish at the same moment. The URL's
 user, password and database number are used as redis-py reads them; `rediss://` is TLS,
-with the server's certificate checked against the system's CAs.
+with the server's certificate checked against the system's CAs. `redis+cluster://` (see
+redis_conn.py) is a Redis Cluster: each key is one command on the shard that owns its slot.
 
-Every failure to talk to redis (refused, timed out, wrong password, TLS) becomes
-StoreUnavailable, whose message names the server but never the password. A counter next to
-get/put belongs here as INCRBY/INCRBYFLOAT with PEXPIRE in one MULTI.
+Every failure to talk to redis (refused, timed out, wrong password, TLS, a cluster shard
+down) becomes StoreUnavailable, whose message names the server but never the password.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import cast
-from urllib.parse import urlsplit
 
-from redis.asyncio import BlockingConnectionPool
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+from redis.asyncio import RedisCluster
 from redis.exceptions import RedisError
 
 from gateway.store.kv import StoreUnavailable
+from gateway.store.redis_conn import KEY_PREFIX
+from gateway.store.redis_conn import cluster_client
+from gateway.store.redis_conn import single_client
+from gateway.store.redis_url import is_cluster_url
+from gateway.store.redis_url import redacted
 
-KEY_PREFIX = "gw:"
-CONNECT_TIMEOUT_S = 2.0
-COMMAND_TIMEOUT_S = 5.0
-MAX_CONNECTIONS = 64  # per process; past it a call waits for a free connection
-POOL_WAIT_S = 5.0
-# One immediate retry: after a redis restart, the first command on each pooled connection
-# fails on the dead socket and succeeds on a new one.
-RETRIES = 1
-
-
-def redacted(url: str) -> str:
-    """`url` without its userinfo: what messages may say about the server."""
-    parts = urlsplit(url)
-    host = parts.netloc.rpartition("@")[2]
-    return f"{parts.scheme}://{host}{parts.path}"
+__all__ = ["KEY_PREFIX", "RedisKV", "redacted"]
 
 
 class RedisKV:
-    """A KeyValueStore in the redis server of `url`. The client connects on first use and
-    reconnects by itself after the server comes back."""
+    """A KeyValueStore in the redis server (or cluster) of `url`. The client connects on
+    first use and reconnects by itself after the server comes back."""
 
     def __init__(self, url: str) -> None:
         self.where = redacted(url)
-        pool = BlockingConnectionPool.from_url(
-            url,
-            max_connections=MAX_CONNECTIONS,
-            timeout=POOL_WAIT_S,
-            socket_connect_timeout=CONNECT_TIMEOUT_S,
-            socket_timeout=COMMAND_TIMEOUT_S,
-            retry=Retry(NoBackoff(), RETRIES),
+        self._client: Redis | RedisCluster = (
+            cluster_client(url) if is_cluster_url(url) else single_client(url)
         )
-        self._client = Redis(connection_pool=pool)
-
-    @property
-    def client(self) -> Redis:
-        """The connection pool's client, shared with the accounting store (redis_ledger)."""
-        return self._client
 
     async def get(self, key: str) -> bytes | None:
         try:
@@ -82,13 +60,28 @@ class RedisKV:
             raise self.unavailable(exc) from exc
 
     async def ping(self) -> bool:
+        """A cluster is ready while any primary answers: a shard that is down fails only the
+        requests whose keys it owns (503 store_unavailable), and a readiness probe that
+        failed with it would take every replica out of its load balancer at once."""
+        client = self._client
         try:
-            return bool(await self._client.ping())
+            if isinstance(client, Redis):
+                return bool(await client.ping())
+            await client.initialize()
+            nodes = client.get_primaries()
+            answers = await asyncio.gather(
+                *(client.ping(target_nodes=node) for node in nodes), return_exceptions=True
+            )
+            return any(answer is True for answer in answers)
         except (RedisError, OSError):
             return False
 
     async def close(self) -> None:
-        await self._client.aclose(close_connection_pool=True)
+        client = self._client
+        if isinstance(client, Redis):
+            await client.aclose(close_connection_pool=True)
+        else:
+            await client.aclose()
 
     def unavailable(self, exc: BaseException) -> StoreUnavailable:
         # redis-py's messages name the host and the server's reply, never the password.

@@ -71,7 +71,7 @@ def test_a_url_of_no_backend_is_refused_without_quoting_it() -> None:
         with pytest.raises(StoreMisconfigured) as raised:
             make_kv(url)
         assert str(raised.value) == (
-            "store.url: expected memory://, sqlite:///PATH, redis:// or rediss://"
+            "store.url: expected memory://, sqlite:///PATH, redis://, rediss:// or redis+cluster://"
         )
 
 
