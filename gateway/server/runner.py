@@ -37,6 +37,7 @@ from gateway.app import build_app
 from gateway.config import Config
 from gateway.observability.logs import configure_logging
 from gateway.observability.segments import retire
+from gateway.server.collector import tune_collector
 from gateway.server.connection import GatewayRunner
 from gateway.server.connection import handler_args
 from gateway.server.limits import SLOTS
@@ -102,6 +103,7 @@ async def _serve(config: Config, sock: socket.socket, metrics_dir: Path | None) 
     sock.listen(LISTEN_BACKLOG)
     app = build_app(config, metrics_dir)
     runner, site = await start_site(app, config, sock)
+    tune_collector()
     host, port = sock.getsockname()[:2]
     log.info(
         "listening on http://%s:%s, up to %d concurrent requests",
