@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from gateway.store.kv import make_kv
 from gateway.store.ledger import Ledger
 from gateway.store.ledger import make_ledger
 from tests.accounting.test_ledger_contract import NOW
@@ -120,6 +121,27 @@ async def test_each_keys_data_is_on_one_shard_and_keys_spread(
         assert tagged == {f"gw:{{{key_id}}}:{w}".encode() for w in ("vk", "rq", "tk", "sp", "us")}
         for other in set(range(3)) - {shard}:
             assert not [k for k in redis_cluster.keys_on(other) if f"{{{key_id}}}".encode() in k]
+
+
+async def test_the_key_value_store_on_the_cluster(redis_cluster: RedisClusterServers) -> None:
+    """Key health and stored responses: one key per command, on the shard of its slot."""
+    redis_cluster.flush()
+    kv = make_kv(redis_cluster.url())
+    try:
+        assert await kv.ping() is True
+        names = [f"health:up:{n}" for n in range(30)]
+        for n, name in enumerate(names):
+            await kv.put(name, str(n).encode(), 60)
+        assert [await kv.get(name) for name in names] == [str(n).encode() for n in range(30)]
+        await kv.put(names[0], b"", 0)  # a recovery deletes
+        assert await kv.get(names[0]) is None
+    finally:
+        await kv.close()
+    held = [
+        len([k for k in redis_cluster.keys_on(i) if k.startswith(b"gw:health:")]) for i in range(3)
+    ]
+    assert sum(held) == 29
+    assert all(held), held  # spread over every shard
 
 
 # --- two gateway processes ---------------------------------------------------------------------
