@@ -51,7 +51,8 @@ def build_app(config: Config, metrics_dir: Path | None = None) -> web.Applicatio
         handler_args={"access_log": None},
     )
     app[STATE] = state
-    app[SLOTS] = StreamSlots(config.server.limits)
+    # the workers share the container's memory: each takes its share of what it holds
+    app[SLOTS] = StreamSlots(config.server.limits, workers=config.server.workers)
     app[ACCOUNTING] = Accounting(config, make_ledger(config.store.url))
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/messages", messages)

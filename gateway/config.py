@@ -42,7 +42,8 @@ class LimitsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fro
     max_tools: int = 512
     max_tool_argument_bytes: int = 1048576  # one tool call's arguments in the history
     # inference requests in flight, per process; over: 503. None: what the process's
-    # descriptor limit can hold (server/limits.py `derived_stream_limit`)
+    # descriptor limit and its share of the container's memory limit can hold
+    # (server/limits.py `derived_stream_limit`)
     max_concurrent_streams: int | None = None
     # per virtual key (bearer), per process; over: 429. None: no per-key cap
     max_concurrent_streams_per_key: int | None = None

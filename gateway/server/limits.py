@@ -20,7 +20,10 @@ what the process can hold when none is configured. The hard limit a process meet
 its file descriptors: past it, accept() and connect() fail for every request at once. Each
 request in flight holds two (the client's connection and its upstream connection), and
 `RESERVED_FDS` are kept for listeners, the store, logs and idle pooled connections:
-`(RLIMIT_NOFILE soft - RESERVED_FDS) // 2`; at this machine's 20,000 that is 9,872.
+`(RLIMIT_NOFILE soft - RESERVED_FDS) // 2`; at this machine's 20,000 that is 9,872. In a
+container with a memory limit the cap is also at most what the process's share of it holds
+(server/memory_limit.py: 64 MiB, then 40 KiB per stream; 11,468 in 512 MiB), since past the
+memory limit the kernel kills the process and every stream with it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import logging
 import resource
 from typing import Any
+from typing import Literal
 
 import msgspec
 from aiohttp import web
@@ -38,6 +42,8 @@ from gateway.errors import BadRequest
 from gateway.errors import GatewayError
 from gateway.errors import NoUpstreamAvailable
 from gateway.errors import RateLimited
+from gateway.server.memory_limit import container_memory_bytes
+from gateway.server.memory_limit import streams_in_memory
 from gateway.wire.openai_chat import ChatRequest
 
 log = logging.getLogger("gateway.server")
@@ -156,9 +162,20 @@ class StreamSlots:
 
     __slots__ = ("_per_key", "_per_key_limit", "_total_limit", "by_key", "limit", "total")
 
-    def __init__(self, limits: LimitsConfig, nofile: int | None = None) -> None:
+    def __init__(
+        self,
+        limits: LimitsConfig,
+        nofile: int | None = None,
+        *,
+        memory_bytes: int | Literal["cgroup"] | None = "cgroup",
+        workers: int = 1,
+    ) -> None:
         total = limits.max_concurrent_streams
-        self._total_limit = total if total is not None else derived_stream_limit(nofile)
+        self._total_limit = (
+            total
+            if total is not None
+            else derived_stream_limit(nofile, memory_bytes=memory_bytes, workers=workers)
+        )
         self._per_key_limit = limits.max_concurrent_streams_per_key
         self.limit = self._total_limit
         self.total = 0
@@ -224,14 +241,25 @@ def raise_descriptor_limit() -> int:
     return soft
 
 
-def derived_stream_limit(nofile: int | None = None) -> int:
+def derived_stream_limit(
+    nofile: int | None = None,
+    memory_bytes: int | Literal["cgroup"] | None = "cgroup",
+    workers: int = 1,
+) -> int:
     """The requests a process can hold at once when `max_concurrent_streams` is not set:
     what its descriptor limit (`nofile`, else the process's soft RLIMIT_NOFILE) leaves after
-    `RESERVED_FDS`, two per request; at least 64."""
+    `RESERVED_FDS`, two per request, and at most what its share of the container's memory
+    limit holds (`memory_bytes`: "cgroup" reads the cgroup's, None is no limit; shared by
+    `workers` processes; server/memory_limit.py); at least 64."""
     if nofile is None:
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         nofile = soft if soft != resource.RLIM_INFINITY else 1 << 20
-    return max(64, (nofile - RESERVED_FDS) // FDS_PER_STREAM)
+    limit = (nofile - RESERVED_FDS) // FDS_PER_STREAM
+    if memory_bytes == "cgroup":
+        memory_bytes = container_memory_bytes()
+    if isinstance(memory_bytes, int):
+        limit = min(limit, streams_in_memory(memory_bytes, workers))
+    return max(64, limit)
 
 
 def _with_retry_after(err: GatewayError) -> GatewayError:

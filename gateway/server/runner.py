@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 from aiohttp import web
 
 from gateway.app import build_app
@@ -149,6 +150,9 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
 
 def serve(config: Config, *, host: str, port: int, workers: int) -> int:
     configure_logging(config)
+    if workers != config.server.workers:  # --workers: what each worker's limits count with
+        server = msgspec.structs.replace(config.server, workers=workers)
+        config = msgspec.structs.replace(config, server=server)
     raise_descriptor_limit()  # before the workers start: they inherit it
     if workers <= 1:
         return run_worker(config, bind_socket(host, port, reuse_port=False))

@@ -40,16 +40,17 @@ keys:
 
 
 def test_the_default_process_cap_is_what_the_descriptor_limit_holds() -> None:
-    assert derived_stream_limit(20_000) == 9_872  # (20000 - 256) // 2
-    assert derived_stream_limit(1_256) == 500
-    assert derived_stream_limit(300) == 64  # a floor, for a tiny limit
+    # memory_bytes=None: no container memory limit (tests/limits/test_memory_cap.py has it)
+    assert derived_stream_limit(20_000, memory_bytes=None) == 9_872  # (20000 - 256) // 2
+    assert derived_stream_limit(1_256, memory_bytes=None) == 500
+    assert derived_stream_limit(300, memory_bytes=None) == 64  # a floor, for a tiny limit
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert StreamSlots(LimitsConfig()).limit == derived_stream_limit(soft)
     assert StreamSlots(LimitsConfig(max_concurrent_streams=7)).limit == 7
 
 
 def test_one_key_may_fill_the_process_and_the_overflow_is_a_503() -> None:
-    slots = StreamSlots(LimitsConfig(), nofile=1_256)  # 500 requests
+    slots = StreamSlots(LimitsConfig(), nofile=1_256, memory_bytes=None)  # 500 requests
     batch = Principal("virtual", secret_hash="h-batch")
     held = [slots.take(batch) for _ in range(500)]
     assert slots.by_key == {"h-batch": 500}
