@@ -30,6 +30,8 @@ from typing import cast
 
 import msgspec
 
+from bench.traffic.wire import usage
+
 MODEL = "fake-model"
 COMPLETION_ID = "chatcmpl-bench"
 TOKEN = "tok "
@@ -70,18 +72,7 @@ class Responses:
         self.too_large = self._json_error(413, "request too large")
 
     def _usage(self) -> dict[str, object]:
-        return {
-            "prompt_tokens": PROMPT_TOKENS,
-            "completion_tokens": self.chunks,
-            "total_tokens": PROMPT_TOKENS + self.chunks,
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-            "completion_tokens_details": {
-                "reasoning_tokens": 0,
-                "audio_tokens": 0,
-                "accepted_prediction_tokens": 0,
-                "rejected_prediction_tokens": 0,
-            },
-        }
+        return usage(PROMPT_TOKENS, self.chunks)
 
     def _completion(self) -> dict[str, object]:
         message = {"role": "assistant", "content": TOKEN * self.chunks, "refusal": None}

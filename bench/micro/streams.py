@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from bench.traffic.wire import usage
+
 CHUNK_ID = "chatcmpl-C2QD1kGWsTW5OWiqAtOSFEAOfPfQH"
 CREATED = 1754693439
 MODEL = "gpt-4o-2024-08-06"
@@ -85,18 +87,7 @@ def _usage_chunk(completion_tokens: int) -> bytes:
         "service_tier": "default",
         "system_fingerprint": "fp_07871e2ad8",
         "choices": [],
-        "usage": {
-            "prompt_tokens": 364,
-            "completion_tokens": completion_tokens,
-            "total_tokens": 364 + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-            "completion_tokens_details": {
-                "reasoning_tokens": 0,
-                "audio_tokens": 0,
-                "accepted_prediction_tokens": 0,
-                "rejected_prediction_tokens": 0,
-            },
-        },
+        "usage": usage(364, completion_tokens),
         "obfuscation": "F1wZCrV0lEsbu",
     }
     return json.dumps(obj, separators=(",", ":")).encode()

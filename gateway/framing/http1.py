@@ -1,6 +1,6 @@
 """An incremental, sans-IO HTTP/1.1 response parser and request encoder for upstream calls.
 
-The gateway's upstream client (upstream/http_client.py) feeds it the bytes of one connection;
+upstream/http_connection.py feeds it the bytes of one connection;
 it returns the response head, body bytes as they arrive, and the end of the response.
 Framing by Content-Length, chunked transfer coding (extensions and trailers skipped) or the
 connection's close; 1xx interim responses are skipped. Heads and chunk-size lines are

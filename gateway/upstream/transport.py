@@ -21,7 +21,7 @@ from gateway.routing.retry_after import retry_after_s
 from gateway.routing.router import Attempt
 from gateway.upstream.http_client import HttpPool
 from gateway.upstream.http_client import PendingResponse
-from gateway.upstream.http_client import UpstreamResponse
+from gateway.upstream.http_connection import UpstreamResponse
 
 ERROR_BODY_LIMIT = 1 << 20
 

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.server.limits import SLOTS
 from tests.limits.served import Served
-from tests.limits.served import served_gateway
+from tests.limits.served import served_with_session
 
 TOTAL = 20
 PER_KEY = 3
@@ -39,12 +39,8 @@ STREAM = {
 
 @pytest.fixture
 async def gateway() -> AsyncIterator[tuple[Served, aiohttp.ClientSession]]:
-    connector = aiohttp.TCPConnector(limit=0)
-    async with (
-        served_gateway(CONFIG) as served,
-        aiohttp.ClientSession(connector=connector) as session,
-    ):
-        yield served, session
+    async with served_with_session(CONFIG) as pair:
+        yield pair
 
 
 async def stream(

@@ -20,10 +20,10 @@ from gateway.accounting.service import Principal
 from gateway.config import LimitsConfig
 from gateway.server.limits import SLOTS
 from gateway.server.limits import StreamSlots
-from gateway.server.limits import TooManyStreams
 from gateway.server.limits import derived_stream_limit
 from tests.limits.served import Served
-from tests.limits.served import served_gateway
+from tests.limits.served import fill_until_refused
+from tests.limits.served import served_with_session
 
 # One virtual key, no limits configured: the old per-key default (256) would refuse part of
 # this batch on a gateway nowhere near full.
@@ -52,26 +52,13 @@ def test_the_default_process_cap_is_what_the_descriptor_limit_holds() -> None:
 def test_one_key_may_fill_the_process_and_the_overflow_is_a_503() -> None:
     slots = StreamSlots(LimitsConfig(), nofile=1_256, memory_bytes=None)  # 500 requests
     batch = Principal("virtual", secret_hash="h-batch")
-    held = [slots.take(batch) for _ in range(500)]
-    assert slots.by_key == {"h-batch": 500}
-    with pytest.raises(TooManyStreams) as refused:
-        slots.take(batch)
-    assert refused.value.status == 503
-    assert refused.value.headers["Retry-After"] == "1"
-    for key in held:
-        slots.give_back(key)
-    assert slots.total == 0
-    assert slots.by_key == {}
+    fill_until_refused(slots, batch, 500)
 
 
 @pytest.fixture
 async def gateway() -> AsyncIterator[tuple[Served, aiohttp.ClientSession]]:
-    connector = aiohttp.TCPConnector(limit=0)
-    async with (
-        served_gateway(CONFIG) as served,
-        aiohttp.ClientSession(connector=connector) as session,
-    ):
-        yield served, session
+    async with served_with_session(CONFIG) as pair:
+        yield pair
 
 
 async def test_a_batch_of_one_key_is_served_whole_with_the_default_limits(

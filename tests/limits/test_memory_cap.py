@@ -16,10 +16,10 @@ from gateway.config import parse_config
 from gateway.server import memory_limit
 from gateway.server.limits import SLOTS
 from gateway.server.limits import StreamSlots
-from gateway.server.limits import TooManyStreams
 from gateway.server.limits import derived_stream_limit
 from gateway.server.memory_limit import container_memory_bytes
 from gateway.server.memory_limit import streams_in_memory
+from tests.limits.served import fill_until_refused
 
 MIB = 1 << 20
 CONTAINER_NOFILE = 1 << 20  # a usual container default
@@ -70,15 +70,7 @@ def test_the_cap_is_the_lower_of_descriptors_and_memory() -> None:
 def test_a_request_over_the_memory_cap_is_a_503_not_an_oom_kill() -> None:
     slots = StreamSlots(LimitsConfig(), nofile=CONTAINER_NOFILE, memory_bytes=512 * MIB)
     assert slots.limit == IN_512_MIB
-    batch = Principal("virtual", secret_hash="h-batch")
-    held = [slots.take(batch) for _ in range(IN_512_MIB)]
-    with pytest.raises(TooManyStreams) as refused:
-        slots.take(batch)
-    assert refused.value.status == 503
-    assert refused.value.headers["Retry-After"] == "1"
-    for key in held:
-        slots.give_back(key)
-    assert slots.total == 0
+    fill_until_refused(slots, Principal("virtual", secret_hash="h-batch"), IN_512_MIB)
 
 
 def test_a_configured_cap_is_kept_whatever_the_memory() -> None:

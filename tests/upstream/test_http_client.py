@@ -18,9 +18,9 @@ from gateway.errors import UpstreamConnectError
 from gateway.errors import UpstreamError
 from gateway.errors import UpstreamProtocolError
 from gateway.upstream import http_client
-from gateway.upstream.http_client import HIGH_WATER
 from gateway.upstream.http_client import HttpPool
-from gateway.upstream.http_client import UpstreamResponse
+from gateway.upstream.http_connection import HIGH_WATER
+from gateway.upstream.http_connection import UpstreamResponse
 
 CONNECT_S = 2.0
 WAIT_S = 1.0  # the bound on waiting for anything the server should observe

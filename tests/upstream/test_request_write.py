@@ -3,8 +3,8 @@ context) written behind its head without being copied into one buffer with it.""
 
 from __future__ import annotations
 
-from gateway.upstream.http_client import Http1Connection
 from gateway.upstream.http_client import HttpPool
+from gateway.upstream.http_connection import Http1Connection
 
 
 class _Transport:
