@@ -63,8 +63,7 @@ from gateway.upstream.http_client import PendingResponse
 from gateway.upstream.transport import PlaybackBody
 from gateway.upstream.transport import UpstreamBody
 from gateway.upstream.transport import answered
-from gateway.upstream.transport import open_upstream
-from gateway.upstream.transport import read_all
+from gateway.upstream.transport import fetch_all
 from gateway.upstream.transport import send_upstream
 from gateway.upstream.transport import speaks
 from gateway.wire.openai_chat import Usage
@@ -236,41 +235,18 @@ class StreamActor:
         call = self.call(attempt, stream=False)
         timeouts = attempt.provider.timeouts
         request = attempt.adapter.build_request(call)
+        self.gateway_s += perf_counter() - self.attempt_mark
         # A non-streaming upstream sends its first byte when it is done: only total_s
         # applies, one deadline for the answer and its body, under one timer.
-        alarm = self.runner.alarm
-        alarm.arm(self.runner.until(timeouts.total_s))
-        self.gateway_s += perf_counter() - self.attempt_mark
-        body: UpstreamBody | None = None
-        try:
-            body = await open_upstream(
-                self._pool, attempt.adapter, request, connect_s=timeouts.connect_s
-            )
-            data = await read_all(body)
-        except asyncio.CancelledError:
-            if body is not None:
-                body.abort()
-            if not alarm.expired():
-                raise
-            if body is None:
-                raise UpstreamTimeout(
-                    f"the upstream did not answer within {timeouts.total_s:g}s"
-                ) from None
-            raise UpstreamTimeout("the upstream answer took over total_s") from None
-        except BaseException:
-            if body is not None:
-                body.abort()
-            raise
-        finally:
-            alarm.disarm()
+        total_s = timeouts.total_s
+        data, _ = await self.runner.bounded(
+            fetch_all(self._pool, attempt.adapter, request, connect_s=timeouts.connect_s),
+            total_s,
+            lambda: UpstreamTimeout(f"the upstream did not answer within {total_s:g}s"),
+        )
         self.first_byte = self.loop.time()  # a non-streamed answer's first token
         self.first_token_at = mark = perf_counter()
-        try:
-            result = attempt.adapter.unary_result(call, data)
-        except BaseException:
-            body.abort()
-            raise
-        body.release()
+        result = attempt.adapter.unary_result(call, data)
         self.usage = result.usage
         answer = self.outbound.unary(result)
         self.gateway_s += perf_counter() - mark
