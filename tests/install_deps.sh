@@ -6,6 +6,7 @@
 #   prometheus    the dashboard test starts one scraping a gateway (tests/prometheus_server.py)
 #   nginx         the rig runs one in front of two gateways (deploy/rig/), from a config of its
 #                 own in a temporary directory: the system's nginx service is never used
+#   ss            reads a listening socket's accept-queue depth (tests/server/test_listen_backlog.py)
 # Idempotent and quick: does nothing when every binary is already on PATH. Never starts the
 # system's services. Fails loudly (non-zero, message on stderr) when it cannot install.
 set -euo pipefail
@@ -14,6 +15,7 @@ NAME="tests/install_deps.sh"
 # binary on PATH -> the Debian package that provides it
 declare -A PACKAGE_OF=(
   [redis-server]=redis-server [redis-cli]=redis-tools [prometheus]=prometheus [nginx]=nginx
+  [ss]=iproute2
 )
 
 MISSING=()
