@@ -143,6 +143,12 @@ def test_every_scrape_counts_every_worker(tmp_path: Path) -> None:
         assert sum(r is not None for r in results) == open_streams[victim]  # they were cut
         # the supervisor starts another worker; the dead one's streams are no longer open
         wait_for(lambda: "starting another" in gw.log.read_text(), "a restarted worker")
+        # a surviving stream's gauge drops just after its last byte left (the client can
+        # have it first): wait for that, then every scrape must say 0
+        wait_for(
+            lambda: value(scrape(gw), "gateway_active_streams", route="/v1/chat/completions") == 0,
+            "no active streams",
+        )
         for _ in range(6):
             got = scrape(gw)
             assert value(got, "gateway_active_streams", route="/v1/chat/completions") == 0
