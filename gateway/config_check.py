@@ -22,6 +22,7 @@ import msgspec
 
 from gateway.config_base import ProviderBase
 from gateway.config_base import Secret
+from gateway.config_base import split_proxy_url
 from gateway.config_parse import Path
 from gateway.config_parse import Problem
 from gateway.config_parse import is_bad
@@ -169,6 +170,20 @@ def _check_providers(providers: list[ProviderConfig]) -> Iterator[Problem]:
                     at: Path = (*here, "keys", j, "name")
                     yield from _check_name(key.name, key_names, "key", at)
         yield from _durations(p.timeouts, (*here, "timeouts"))
+        yield from _check_egress(p, here)
+
+
+def _check_egress(p: ProviderBase, here: Path) -> Iterator[Problem]:
+    """`proxy` is a URL we can use (its message never quotes the credentials) and the `tls`
+    files load (docs/egress.md)."""
+    if p.proxy is not None and p.proxy.strip().lower() != "none":
+        try:
+            split_proxy_url(p.proxy)
+        except ValueError as exc:
+            yield (*here, "proxy"), str(exc)
+    if p.tls is not None:
+        for path, message in p.tls.problems():
+            yield (*here, "tls", *path), message
 
 
 def _http_url(url: str) -> bool:

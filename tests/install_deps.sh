@@ -7,6 +7,8 @@
 #   nginx         the rig runs one in front of two gateways (deploy/rig/), from a config of its
 #                 own in a temporary directory: the system's nginx service is never used
 #   ss            reads a listening socket's accept-queue depth (tests/server/test_listen_backlog.py)
+#   tinyproxy     the egress tests start one as the forward proxy in front of fake upstreams
+#                 (tests/upstream/test_egress_*.py), from a config in a temporary directory
 # Idempotent and quick: does nothing when every binary is already on PATH. Never starts the
 # system's services. Fails loudly (non-zero, message on stderr) when it cannot install.
 set -euo pipefail
@@ -15,7 +17,7 @@ NAME="tests/install_deps.sh"
 # binary on PATH -> the Debian package that provides it
 declare -A PACKAGE_OF=(
   [redis-server]=redis-server [redis-cli]=redis-tools [prometheus]=prometheus [nginx]=nginx
-  [ss]=iproute2
+  [ss]=iproute2 [tinyproxy]=tinyproxy
 )
 
 MISSING=()

@@ -19,6 +19,7 @@ from urllib.parse import unquote
 
 import msgspec
 
+from gateway.config_base import Egress
 from gateway.config_base import ProviderBase
 from gateway.config_base import ProviderKey
 from gateway.errors import BadRequest
@@ -103,6 +104,8 @@ class UpstreamRequest(msgspec.Struct, kw_only=True):
     method: str = "POST"
     playback: list[bytes] | None = None  # set by the mock: frames to yield instead of HTTP
     playback_delay_s: float = 0.0
+    # the provider's proxy and TLS trust (`ProviderBase.egress`); None: the environment's
+    egress: Egress | None = None
 
 
 class TokenCount(msgspec.Struct, frozen=True):

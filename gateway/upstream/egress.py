@@ -25,14 +25,18 @@ only way a proxy is named in a message.
 
 from __future__ import annotations
 
-import base64
+import asyncio
 import ipaddress
 import os
 from collections.abc import Mapping
-from urllib.parse import unquote
 from urllib.parse import urlsplit
 
 import msgspec
+
+from gateway.config_base import proxy_authorization
+from gateway.config_base import proxy_secrets
+from gateway.config_base import split_proxy_url
+from gateway.errors import UpstreamConnectError
 
 DEFAULT_PROXY_PORT = 1080  # curl's default for a proxy URL without a port
 BYPASS = "none"  # `providers[].proxy: none`
@@ -55,46 +59,19 @@ class ProxyEndpoint(msgspec.Struct, frozen=True):
 def parse_proxy(url: str) -> ProxyEndpoint:
     """The endpoint a proxy URL names. Raises ValueError with a message that quotes no part
     of the URL's userinfo."""
-    text = url.strip()
-    if "://" not in text:
-        text = "http://" + text
-    try:
-        parts = urlsplit(text)
-        port = parts.port
-        host = parts.hostname
-    except ValueError:
-        raise ValueError("is not a valid proxy URL (http://[user:pass@]host:port)") from None
-    scheme = parts.scheme.lower()
-    if scheme != "http":
-        raise ValueError(
-            f"uses scheme {scheme}://; only http:// proxies are supported (CONNECT for https)"
-        )
-    if not host:
-        raise ValueError("has no host (http://[user:pass@]host:port)")
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ValueError("must be http://[user:pass@]host:port, without a path or query")
-    authorization = None
-    if parts.username is not None or parts.password is not None:
-        userinfo = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
-        authorization = "Basic " + base64.b64encode(userinfo.encode()).decode("ascii")
-    return ProxyEndpoint(host=host, port=port or DEFAULT_PROXY_PORT, authorization=authorization)
+    parts = split_proxy_url(url)
+    host = parts.hostname or ""
+    return ProxyEndpoint(
+        host=host,
+        port=parts.port or DEFAULT_PROXY_PORT,
+        authorization=proxy_authorization(parts),
+    )
 
 
 def proxy_credentials(url: str) -> list[str]:
     """The secrets a proxy URL holds, as they may appear in text: the password raw and
     percent-decoded, and the Basic value made of them (what a log line must never show)."""
-    try:
-        parts = urlsplit(url.strip() if "://" in url else "http://" + url.strip())
-        authorization = parse_proxy(url).authorization
-    except ValueError:
-        authorization = None
-        parts = None
-    if parts is None or not parts.password:
-        return []
-    found = [parts.password, unquote(parts.password)]
-    if authorization:
-        found.append(authorization.removeprefix("Basic "))
-    return list(dict.fromkeys(found))
+    return [secret.reveal() for secret in proxy_secrets(url)]
 
 
 def _env(env: Mapping[str, str], *names: str) -> str | None:
@@ -103,6 +80,14 @@ def _env(env: Mapping[str, str], *names: str) -> str | None:
         if value is not None and value.strip():
             return value.strip()
     return None
+
+
+def env_proxy_name(scheme: str, env: Mapping[str, str] | None = None) -> str:
+    """The variable the environment's proxy for `scheme` is read from (for messages)."""
+    env = os.environ if env is None else env
+    if scheme == "https" and _env(env, "https_proxy") is None:
+        return "HTTPS_PROXY"
+    return f"{scheme}_proxy"
 
 
 def env_proxy(scheme: str, env: Mapping[str, str] | None = None) -> str | None:
@@ -188,3 +173,84 @@ def _matches_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address, pat
         return address == ipaddress.ip_address(pattern)
     except (ValueError, TypeError):
         return False
+
+
+# --- the CONNECT tunnel --------------------------------------------------------------------
+
+MAX_CONNECT_ANSWER = 16384  # a proxy's answer head larger than this is not one
+
+
+class _ConnectAnswer(asyncio.Protocol):
+    """Reads a proxy's answer to CONNECT: its head, up to the blank line. Nothing follows a
+    2xx head until the client's TLS hello, so no byte of the tunnel is read here."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.head: asyncio.Future[bytes] = loop.create_future()
+        self._buffer = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        if self.head.done():
+            return
+        self._buffer += data
+        end = self._buffer.find(b"\r\n\r\n")
+        if end >= 0:
+            self.head.set_result(bytes(self._buffer[:end]))
+        elif len(self._buffer) > MAX_CONNECT_ANSWER:
+            self.head.set_exception(ConnectionError("an answer head over 16 KiB"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.head.done():
+            self.head.set_exception(ConnectionError("the proxy closed the connection"))
+
+
+def connect_request(proxy: ProxyEndpoint, host: str, port: int) -> bytes:
+    """The CONNECT request for `host`:`port` (authority form; IPv6 in brackets)."""
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    lines = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}", "User-Agent: gateway/0.1"]
+    if proxy.authorization:
+        lines.append(f"Proxy-Authorization: {proxy.authorization}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
+
+
+async def open_tunnel(proxy: ProxyEndpoint, host: str, port: int) -> asyncio.Transport:
+    """A connection to `proxy` on which it agreed to CONNECT to `host`:`port`: the raw
+    tunnel, for the caller to start TLS on. Raises `UpstreamConnectError` naming the proxy
+    by host:port only; the caller bounds the time (connect_s)."""
+    loop = asyncio.get_running_loop()
+    where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    try:
+        transport, answer = await loop.create_connection(
+            lambda: _ConnectAnswer(loop), proxy.host, proxy.port
+        )
+    except OSError as exc:
+        raise UpstreamConnectError(
+            f"cannot connect to proxy {proxy.label} (for {where}): {exc.strerror or exc}"
+        ) from None
+    try:
+        transport.write(connect_request(proxy, host, port))
+        head = await answer.head
+        status, reason = _status_line(head)
+        if not 200 <= status < 300:
+            raise UpstreamConnectError(
+                f"proxy {proxy.label} refused CONNECT to {where}: HTTP {status} {reason}".rstrip()
+            )
+    except ConnectionError as exc:
+        transport.abort()
+        raise UpstreamConnectError(
+            f"proxy {proxy.label} gave no answer to CONNECT to {where}: {exc}"
+        ) from None
+    except BaseException:
+        transport.abort()
+        raise
+    return transport
+
+
+def _status_line(head: bytes) -> tuple[int, str]:
+    line = head.split(b"\r\n", 1)[0].decode("latin-1")
+    version, _, rest = line.partition(" ")
+    code, _, reason = rest.partition(" ")
+    if not version.startswith("HTTP/1.") or not (len(code) == 3 and code.isdigit()):
+        raise ConnectionError("not an HTTP answer")
+    # the reason is the proxy's text: printable and short in a message
+    shown = "".join(c for c in reason if c.isprintable())[:80]
+    return int(code), shown

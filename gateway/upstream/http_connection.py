@@ -22,6 +22,7 @@ from gateway.framing.http1 import ResponseParser
 
 if TYPE_CHECKING:
     from gateway.upstream.http_client import HttpPool
+    from gateway.upstream.http_client import PoolKey
 
 HIGH_WATER = 1 << 20  # buffered body bytes at which reading pauses
 _JOIN_BELOW = 65536  # a request body this small is joined to its head (one buffer, one copy)
@@ -34,7 +35,7 @@ class StaleConnection(Exception):
 class Http1Connection(asyncio.Protocol):
     """One upstream connection; carries one request at a time."""
 
-    def __init__(self, pool: HttpPool, key: tuple[str, str, int]) -> None:
+    def __init__(self, pool: HttpPool, key: PoolKey) -> None:
         self._pool = pool
         self.key = key
         # made inside loop.create_connection; kept, since asking for the running loop costs

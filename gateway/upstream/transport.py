@@ -4,6 +4,10 @@ The actor reads the body with `read()` and ends it with `release()` (whole body 
 connection goes back to the pool) or `abort()` (anything else: the connection is closed, so
 the upstream stops generating and billing). An error answer's wait (`Retry-After` and kin) is
 read here, where its headers are, and travels on the error as `retry_after_s`.
+
+A request goes out on its provider's egress (`UpstreamRequest.egress`: its proxy and TLS
+trust). A 407 to a plain-http request sent through a forward proxy is the proxy's, not the
+upstream's: a connect failure of the attempt, like a refused CONNECT.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Protocol
 
+from gateway.errors import UpstreamConnectError
 from gateway.errors import UpstreamError
 from gateway.errors import UpstreamProtocolError
 from gateway.providers.base import ProviderAdapter
@@ -97,13 +102,21 @@ async def send_upstream(
     """Send `request` (the mock's playback needs no sending); await `answered()` next."""
     if request.playback is not None:
         return PlaybackBody(request.playback, request.playback_delay_s)
-    return await pool.send(request.url, request.headers, request.body, connect_s=connect_s)
+    return await pool.send(
+        request.url, request.headers, request.body, connect_s=connect_s, egress=request.egress
+    )
 
 
 async def answered(adapter: ProviderAdapter, pending: PendingResponse) -> UpstreamBody:
     """The body of a sent request once the upstream answered with a success status; an
     error status is read (bounded) and mapped by the adapter. Safe to cancel and call again."""
     response = await pending.response()
+    if response.status == 407 and pending.proxy is not None:
+        response.abort()
+        raise UpstreamConnectError(
+            f"proxy {pending.proxy.label} refused the request: HTTP 407 "
+            "(proxy authentication required or wrong)"
+        )
     if response.status >= 400:
         raise await _error_answer(adapter, response)
     return response

@@ -344,8 +344,9 @@ async def test_root_target_when_the_url_has_no_path(pool: HttpPool, serve) -> No
 def test_target_and_host_header(
     url: str, key: tuple[str, str, int], host: str, target: str
 ) -> None:
-    # No connection: how a URL becomes the pool key, the Host header and the request target.
-    assert HttpPool()._target(url) == (key, host, target)
+    # No connection: how a URL becomes the pool key (no egress profile: None), the Host
+    # header and the request target.
+    assert HttpPool()._target(url, None) == ((*key, None), host, target)
 
 
 async def test_unsupported_scheme(pool: HttpPool) -> None:

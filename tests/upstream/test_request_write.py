@@ -22,7 +22,7 @@ class _Transport:
 
 async def _sent(body: bytes) -> tuple[bytes, ...]:
     pool = HttpPool()
-    connection = Http1Connection(pool, ("http", "127.0.0.1", 9))
+    connection = Http1Connection(pool, ("http", "127.0.0.1", 9, None))
     transport = _Transport()
     connection.connection_made(transport)  # type: ignore[arg-type]
     pool.put(connection)  # an idle keep-alive connection, which send() takes
