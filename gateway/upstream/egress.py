@@ -21,6 +21,11 @@ A proxy URL is `http://[user:pass@]host[:port]` (a URL without a scheme is taken
 missing port is 1080, both as curl does); its userinfo is percent-decoded into a Basic
 `Proxy-Authorization`. The credentials are secrets: `ProxyEndpoint.label` (host:port) is the
 only way a proxy is named in a message.
+
+The tunnel (`open_tunnel`): CONNECT host:port in authority form with the credentials, the
+answer's head read by a small protocol; a 2xx leaves a raw transport for the pool to start
+TLS on (the upstream's SNI and certificate check, inside the tunnel); anything else, or a
+proxy that closes or cannot be reached, is an `UpstreamConnectError` of the attempt.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ tinyproxy on a free loopback port with a config and log file of its own."""
 
 from __future__ import annotations
 
-import os
 import socket
 import ssl
 import subprocess
@@ -169,11 +168,3 @@ class Tinyproxy:
             if marker:
                 found.append(request.split("): ", 1)[1])
         return found
-
-
-def openssl_available() -> bool:
-    return all(
-        os.access(os.path.join(d, name), os.X_OK)
-        for name in ("openssl",)
-        for d in os.environ.get("PATH", "").split(os.pathsep)[:1]
-    )
