@@ -208,6 +208,18 @@ def proxy_secrets(url: str | None) -> list[Secret]:
     return [Secret(s) for s in dict.fromkeys(found)]
 
 
+# the environment's proxy variables (upstream/egress.py reads them as curl does)
+PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy")
+
+
+def env_proxy_secrets(env: Mapping[str, str]) -> list[Secret]:
+    """The secrets of the proxies the environment names: redacted like configured ones."""
+    found: list[Secret] = []
+    for name in PROXY_VARIABLES:
+        found += proxy_secrets(env.get(name))
+    return found
+
+
 class Egress(msgspec.Struct, frozen=True):
     """How a provider reaches its upstream: its `proxy` setting (None: the environment's,
     "none": direct) and its own TLS trust (None: the default). Hashable: part of the key

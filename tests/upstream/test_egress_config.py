@@ -14,6 +14,7 @@ from gateway.config import ConfigError
 from gateway.config import parse_config
 from gateway.config_base import Egress
 from gateway.config_base import TlsFiles
+from gateway.config_base import env_proxy_secrets
 from tests.upstream.egress_parts import Pki
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
@@ -144,3 +145,17 @@ def test_unknown_tls_fields_are_refused() -> None:
     found = problems("    tls: {ca: x}")
     assert len(found) == 1
     assert "providers[0].tls" in found[0]
+
+
+def test_the_environments_proxy_passwords_are_secrets_too() -> None:
+    env = {
+        "https_proxy": "http://a:one%21@p:1",
+        "HTTPS_PROXY": "http://b:two@p:1",
+        "http_proxy": "http://c:three@p:1",
+        "HTTP_PROXY": "http://d:never-read@p:1",
+        "no_proxy": "x",
+    }
+    revealed = {s.reveal() for s in env_proxy_secrets(env)}
+    assert {"one%21", "one!", "two", "three"} <= revealed
+    assert "never-read" not in revealed
+    assert env_proxy_secrets({}) == []
