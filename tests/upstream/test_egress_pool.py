@@ -7,6 +7,7 @@ credentials."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import inspect
 import json
@@ -357,3 +358,56 @@ async def test_ssl_cert_file_sets_the_default_trust(
 def test_server_context_is_not_shared_with_a_client_context(pki: Pki) -> None:
     # guards the fixture itself: the fake requires a certificate only where asked
     assert TlsOpenAI(pki).context.verify_mode == ssl.CERT_NONE
+
+
+async def _fake_proxy(answer: bytes) -> tuple[asyncio.Server, int, list[bytes]]:
+    """A proxy that reads the CONNECT head, writes `answer` and closes."""
+    heads: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        heads.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], heads
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (b"SSH-2.0-OpenSSH\r\n\r\n", "gave no answer to CONNECT to upstream.test:443: not an HTTP"),
+        (b"HTTP/1.1 200 OK\r\n" + b"X: " + b"a" * 20000, "an answer head over 16 KiB"),
+        (b"HTTP/1.1 200 Conn", "gave no answer to CONNECT to upstream.test:443: the proxy closed"),
+        (
+            b"HTTP/1.1 502 Bad\x1b[2J Gateway\r\n\r\n",
+            "refused CONNECT to upstream.test:443: HTTP 502 Bad[2J Gateway",
+        ),
+        # a 2xx, then the proxy hangs up instead of relaying: the TLS handshake fails
+        (b"HTTP/1.1 200 Connection established\r\n\r\n", "upstream.test:443"),
+    ],
+)
+@on_both_loops
+async def test_a_proxy_that_answers_badly(answer: bytes, message: str) -> None:
+    server, port, heads = await _fake_proxy(answer)
+    pool = HttpPool()
+    request = UpstreamRequest(
+        url="https://upstream.test/v1/chat/completions",
+        body=BODY,
+        egress=Egress(proxy=f"http://gw:{PASSWORD}@127.0.0.1:{port}"),
+    )
+    try:
+        with pytest.raises(UpstreamConnectError) as caught:
+            await fetch_all(pool, adapter(), request, connect_s=5)
+    finally:
+        pool.close()
+        server.close()
+        await server.wait_closed()
+    assert message in caught.value.message
+    assert PASSWORD not in caught.value.message
+    assert "\x1b" not in caught.value.message
+    # what the proxy was sent: the CONNECT in authority form, Basic credentials for it only
+    expected_auth = base64.b64encode(f"gw:{PASSWORD}".encode()).decode()
+    assert heads[0].startswith(b"CONNECT upstream.test:443 HTTP/1.1\r\nHost: upstream.test:443\r\n")
+    assert f"Proxy-Authorization: Basic {expected_auth}\r\n".encode() in heads[0]
