@@ -411,3 +411,20 @@ async def test_a_proxy_that_answers_badly(answer: bytes, message: str) -> None:
     expected_auth = base64.b64encode(f"gw:{PASSWORD}".encode()).decode()
     assert heads[0].startswith(b"CONNECT upstream.test:443 HTTP/1.1\r\nHost: upstream.test:443\r\n")
     assert f"Proxy-Authorization: Basic {expected_auth}\r\n".encode() in heads[0]
+
+
+@on_both_loops
+async def test_an_unusable_environment_proxy_names_its_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", f"socks5://gw:{PASSWORD}@127.0.0.1:1080")
+    pool = HttpPool()
+    try:
+        with pytest.raises(UpstreamConnectError) as caught:
+            await chat(pool, "https://upstream.test/v1", None)
+    finally:
+        pool.close()
+    assert caught.value.message == (
+        "the proxy in HTTPS_PROXY uses scheme socks5://; only http:// proxies are supported "
+        "(CONNECT for https)"
+    )
