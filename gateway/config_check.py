@@ -176,7 +176,10 @@ def _check_providers(providers: list[ProviderConfig]) -> Iterator[Problem]:
 def _check_egress(p: ProviderBase, here: Path) -> Iterator[Problem]:
     """`proxy` is a URL we can use (its message never quotes the credentials) and the `tls`
     files load (docs/egress.md)."""
-    if p.proxy is not None and p.proxy.strip().lower() != "none":
+    if p.proxy is not None and not p.proxy.isprintable():
+        # urlsplit drops tabs and line breaks without a word: the password would change
+        yield (*here, "proxy"), "contains a line break or control character"
+    elif p.proxy is not None and p.proxy.strip().lower() != "none":
         try:
             split_proxy_url(p.proxy)
         except ValueError as exc:

@@ -87,6 +87,13 @@ def test_a_bad_proxy_is_refused_without_its_credentials(proxy: str, message: str
     assert "gw" not in found[0].replace("gateway", "")
 
 
+def test_a_proxy_with_a_line_break_is_refused() -> None:
+    # the usual trailing newline of a secret file, and one inside the password
+    for proxy in ("http://gw:Hunter2pw@proxy:3128\\n", "http://gw:Hunter2\\npw@proxy:3128"):
+        found = problems(f'    proxy: "{proxy}"')
+        assert found == ["providers[0].proxy: contains a line break or control character"]
+
+
 def test_tls_files_that_are_missing_or_not_pem(pki: Pki, tmp_path: Path) -> None:
     missing = tmp_path / "nope.pem"
     garbage = tmp_path / "garbage.pem"
