@@ -24,6 +24,7 @@ from gateway.config_base import ProviderBase
 from gateway.config_base import ProviderKey
 from gateway.errors import BadRequest
 from gateway.errors import GatewayError
+from gateway.errors import UpstreamConnectError
 from gateway.errors import UpstreamError
 from gateway.errors import UpstreamProtocolError
 from gateway.errors import UpstreamStatusError
@@ -65,16 +66,60 @@ class UpstreamCall(msgspec.Struct, kw_only=True):
     request_id: str
     created: int = 0  # unix seconds when the request arrived (sans-IO: passed in)
     now: float = 0.0  # unix seconds of this attempt, read by the caller, for request signing
-    access_token: str | None = None  # the token of the adapter's `token_source`, fetched
+    credential: Credential | None = None  # what the adapter's `token_source` yielded, fetched
     api: str = "chat"  # the target's upstream API: "chat" | "responses" (openai, azure)
     native: NativeRequest | None = None  # set when the upstream speaks the client's API
 
 
+class Credential(msgspec.Struct, frozen=True, kw_only=True):
+    """What a `TokenSource` yields: a bearer token or AWS credentials, and when it expires
+    (unix seconds). Its repr shows no secret; `secrets()` is what errors must never show."""
+
+    expires_at: float
+
+    def secrets(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(expires_at={self.expires_at!r}, ***)"
+
+
+class BearerToken(Credential, frozen=True, kw_only=True):
+    """An OAuth access token (Google, Microsoft Entra ID), sent as `Authorization: Bearer`."""
+
+    token: str
+    quota_project: str | None = None  # Google: the project billed (`x-goog-user-project`)
+
+    def secrets(self) -> tuple[str, ...]:
+        return (self.token,)
+
+
+class AwsCredentials(Credential, frozen=True, kw_only=True):
+    """Temporary (or static) AWS credentials that sign a request with SigV4."""
+
+    access_key_id: str
+    secret_access_key: str
+    session_token: str | None = None  # sent as X-Amz-Security-Token
+
+    def secrets(self) -> tuple[str, ...]:
+        found = (self.access_key_id, self.secret_access_key, self.session_token)
+        return tuple(s for s in found if s)
+
+
+def bearer_token(credential: Credential | None, what: str) -> BearerToken:
+    """`credential` as a bearer token, or the error of an attempt that has none (`what`
+    names the credential in it)."""
+    if not isinstance(credential, BearerToken) or not credential.token:
+        raise UpstreamConnectError(f"no access token for {what}")
+    return credential
+
+
 class TokenSource(msgspec.Struct, frozen=True):
-    """How an attempt's access token is obtained: a sans-IO description an adapter returns
+    """How an attempt's credential is obtained: a sans-IO description an adapter returns
     from `token_source(key)`, fetched (and cached, and refreshed) by upstream/credentials.py,
-    which maps each source type to its fetcher. The token reaches the adapter as
-    `access_token`, and is redacted from every error of the attempt like the key."""
+    which maps each source type to its fetcher. The `Credential` reaches the adapter as
+    `credential`, and its secrets are redacted from every error of the attempt like the
+    key's."""
 
     def label(self) -> str:
         """What the source is called in an error message (never a secret)."""
@@ -195,12 +240,12 @@ class AdapterDefaults:
 E = TypeVar("E", bound=GatewayError)
 
 
-def hide_credentials(err: E, key: ProviderKey | None, access_token: str | None = None) -> E:
+def hide_credentials(err: E, key: ProviderKey | None, credential: Credential | None = None) -> E:
     """`err` with the attempt's credentials cut out of its message. Upstreams quote the key
     they were sent in error messages (401s are reworded in `status_error`, but a proxy or an
     OpenAI-compatible server may do it in a 400, a 500 or a stream's error event), and an
     upstream's message is what the client is shown."""
-    secrets = [access_token or ""]
+    secrets = list(credential.secrets()) if credential is not None else []
     if key is not None:
         secrets += [s.reveal() for s in key.secrets()]
     for secret in sorted(filter(None, secrets), key=len, reverse=True):

@@ -23,6 +23,7 @@ from gateway.config_base import ProviderBase
 from gateway.config_base import ProviderKey
 from gateway.errors import BadRequest
 from gateway.errors import UpstreamProtocolError
+from gateway.providers.base import Credential
 from gateway.providers.base import TokenSource
 from gateway.providers.base import UpstreamRequest
 from gateway.wire import DECODE_ERRORS
@@ -106,7 +107,7 @@ class EmbeddingsCall(msgspec.Struct):
     key: ProviderKey | None
     model: str  # the upstream model id
     now: datetime  # for request signing (sans-IO: the clock is read by the caller)
-    access_token: str | None = None  # the token of the family's `token_source`
+    credential: Credential | None = None  # what the family's `token_source` yielded
 
 
 class Part(msgspec.Struct, kw_only=True):

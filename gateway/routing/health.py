@@ -11,6 +11,7 @@ tracks, and what each outcome does:
                          counts a consecutive failure; `circuit_failures` of them open the
                          circuit for `circuit_open_s`, doubling per re-open up to
                          `circuit_max_open_s`, then half-open
+    no credential        (a cloud identity that gave none) opens the circuit at once
     half-open            exactly one probe may be in flight; its success closes the circuit
                          (or ends the auth hold), its failure opens it again
     any sane answer      (a success, a 429, a client-caused 4xx) resets the failure count
@@ -311,6 +312,16 @@ class KeyHealth:
         elif self.block == AUTH_FAILED:
             # the auth probe proved nothing either way: hold the key again
             self.blocked_until = now + self._policy.auth_hold_s
+            return
+        self._open(now)
+
+    def unusable(self, ticket: int, now: float) -> None:
+        """The key's credential could not be had (a cloud identity's token endpoint down):
+        nothing reached the upstream, and nothing will until it can, so the circuit opens
+        at once instead of after `circuit_failures`; its backoff paces the retries."""
+        self._end(ticket)
+        self.failures += 1
+        if self.block is not None and now < self.blocked_until:
             return
         self._open(now)
 

@@ -8,17 +8,18 @@ For each attempt of the router's plan, while the request's deadline has not pass
    as token ids to a text-only embeddings model), which releases the key and moves on
    without counting an attempt;
 2. counted (`attempts`, the retry/failover metrics);
-3. access token: the step's `TokenSource` (declared by the adapter) fetched through the
-   process's `AccessTokens`;
+3. credential: the step's `TokenSource` (declared by the adapter: a service-account file,
+   a cloud identity) fetched through the process's `AccessTokens`; a source that cannot
+   give one fails the attempt like a key that is down (its circuit opens at once);
 4. the step's request, under the shared alarm clock (`alarm`, `bounded`): no
    `asyncio.timeout` on these paths;
 5. key health told how it ended (`report_success` / `report_failure`, or released when the
    client left);
-6. every credential of the attempt (the key's secrets and the access token) cut out of its
-   error before anyone sees it (`hide`);
+6. every credential of the attempt (the key's secrets and the fetched credential's) cut out
+   of its error before anyone sees it (`hide`);
 7. a retryable failure moves on to the next attempt; when none is left, `final_error`.
 
-The runner holds only what the loop needs (the current attempt, its token, the count);
+The runner holds only what the loop needs (the current attempt, its credential, the count);
 what a step makes of an attempt is the step's own.
 """
 
@@ -38,6 +39,7 @@ from gateway.errors import ClientError
 from gateway.errors import GatewayError
 from gateway.errors import NoUpstreamAvailable
 from gateway.errors import UpstreamError
+from gateway.providers.base import Credential
 from gateway.providers.base import NativeRequest
 from gateway.providers.base import TokenSource
 from gateway.providers.base import UpstreamCall
@@ -128,7 +130,7 @@ class AttemptRunner:
         self.refusals = refusals
         self.attempts = 0
         self.attempt: Attempt | None = None  # the current (at the end: the last) attempt
-        self.token: str | None = None  # the current attempt's access token
+        self.token: Credential | None = None  # the current attempt's fetched credential
         self.started = 0.0  # loop time the current attempt began
 
     def call(
@@ -143,7 +145,7 @@ class AttemptRunner:
         native: NativeRequest | None = None,
     ) -> UpstreamCall:
         """What the attempt's adapter builds its request from: the client's request, the
-        attempt's provider, key, upstream model and API, the token fetched for it, and the
+        attempt's provider, key, upstream model and API, the credential fetched for it, and the
         time to sign with (read here: adapters read no clock)."""
         return UpstreamCall(
             request=request,
@@ -155,7 +157,7 @@ class AttemptRunner:
             request_id=request_id,
             created=created,
             now=time.time(),
-            access_token=self.token,
+            credential=self.token,
             api=attempt.api,
             native=native,
         )
@@ -171,7 +173,8 @@ class AttemptRunner:
         return headers
 
     def hide(self, err: E) -> E:
-        """`err` with the current attempt's credentials (key secrets, token) cut out."""
+        """`err` with the current attempt's credentials (key secrets, fetched credential) cut
+        out."""
         attempt = self.attempt
         return hide_credentials(err, attempt.key if attempt else None, self.token)
 
@@ -229,7 +232,7 @@ class AttemptRunner:
             try:
                 source = step.token_source(attempt)
                 if source is not None:
-                    self.token = await self.tokens.token(source)
+                    self.token = await self.tokens.credential(source)
                 result = await step.send(attempt)
             except UpstreamError as err:
                 report_failure(attempt, ticket, self.hide(err))

@@ -1,21 +1,78 @@
-"""Google service-account OAuth tokens (`GoogleServiceAccount`), fetched with google-auth.
+"""Google OAuth tokens, fetched with google-auth: a service-account file
+(`GoogleServiceAccount`) or Application Default Credentials (`GoogleIdentity`).
 
 A credential mechanism, not a provider kind: any adapter whose upstream takes a Google
 OAuth token declares the source, and upstream/credentials.py calls the fetcher here.
+
+Application Default Credentials are google-auth's own `google.auth.default()`, in its
+order: `GOOGLE_APPLICATION_CREDENTIALS` (a service-account or external-account file:
+workload identity federation from AWS, Azure or any OIDC issuer), gcloud's ADC file, then
+the metadata server (GCE, Cloud Run, GKE Workload Identity; `GCE_METADATA_HOST`). With
+`impersonate` those credentials then ask the IAM Credentials API for a token of that
+service account (`impersonated_credentials`: the caller needs
+roles/iam.serviceAccountTokenCreator on it).
+
+Each fetch builds the credentials anew (credentials.py owns the cache and the refresh
+margin). Token requests go through a requests session whose proxy is chosen per URL by
+egress.proxy_for (the provider's `proxy` setting, else the environment, with no_proxy),
+except the metadata server's, which is node-local and always reached directly.
+Blocking: call it on a worker thread.
 """
 
 from __future__ import annotations
 
 import calendar
+import os
 import time
+from typing import Any
+from urllib.parse import urlsplit
 
+import requests
+
+from gateway.providers.base import BearerToken
 from gateway.providers.base import GoogleServiceAccount
+from gateway.providers.identity import CLOUD_PLATFORM
+from gateway.providers.identity import GoogleIdentity
+from gateway.upstream.egress import proxy_for
 
-CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+IMPERSONATED_LIFETIME_S = 3600
+_METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "169.254.169.254"})
 
 
-def fetch_service_account_token(source: GoogleServiceAccount) -> tuple[str, float]:
-    """A fresh token and its expiry (unix seconds). Blocking: call it on a worker thread."""
+class _EgressSession(requests.Session):
+    """A requests session that sends each request through the proxy egress.proxy_for picks
+    for its URL (None: directly), instead of requests' own reading of the environment."""
+
+    def __init__(self, configured: str | None) -> None:
+        super().__init__()
+        self._configured = configured
+        self._direct = set(_METADATA_HOSTS)
+        for name in ("GCE_METADATA_HOST", "GCE_METADATA_IP"):
+            host = os.environ.get(name)
+            if host:
+                self._direct.add(urlsplit("//" + host).hostname or host)
+
+    def request(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> Any:
+        text = url.decode() if isinstance(url, bytes) else url
+        host = urlsplit(text).hostname or ""
+        proxy = None if host in self._direct else proxy_for(text, self._configured)
+        # an explicit None keeps requests from adding an environment proxy of its own
+        kwargs["proxies"] = {"http": proxy, "https": proxy}
+        return super().request(method, url, *args, **kwargs)
+
+
+def _token(credentials: Any) -> BearerToken:
+    expiry = credentials.expiry  # naive UTC
+    expires_at = calendar.timegm(expiry.utctimetuple()) if expiry else time.time() + 3600
+    return BearerToken(
+        token=str(credentials.token),
+        expires_at=float(expires_at),
+        quota_project=getattr(credentials, "quota_project_id", None) or None,
+    )
+
+
+def fetch_service_account_token(source: GoogleServiceAccount) -> BearerToken:
+    """A fresh token for a service-account file."""
     from google.auth.transport.requests import Request
     from google.oauth2 import service_account
 
@@ -23,6 +80,25 @@ def fetch_service_account_token(source: GoogleServiceAccount) -> tuple[str, floa
         source.key_file, scopes=[CLOUD_PLATFORM]
     )
     credentials.refresh(Request())
-    expiry = credentials.expiry  # naive UTC
-    expires_at = calendar.timegm(expiry.utctimetuple()) if expiry else time.time() + 3600
-    return str(credentials.token), float(expires_at)
+    return _token(credentials)
+
+
+def fetch_default_token(source: GoogleIdentity) -> BearerToken:
+    """A fresh token from Application Default Credentials (or the account they impersonate)."""
+    import google.auth
+    from google.auth import impersonated_credentials
+    from google.auth.transport.requests import Request
+
+    with _EgressSession(source.proxy) as session:
+        request = Request(session)
+        scopes = list(source.scopes)
+        credentials, _ = google.auth.default(scopes=scopes, request=request)
+        if source.target_principal:
+            credentials = impersonated_credentials.Credentials(  # type: ignore[no-untyped-call]
+                source_credentials=credentials,
+                target_principal=source.target_principal,
+                target_scopes=scopes,
+                lifetime=IMPERSONATED_LIFETIME_S,
+            )
+        credentials.refresh(request)  # type: ignore[no-untyped-call]
+        return _token(credentials)

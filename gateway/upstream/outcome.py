@@ -6,7 +6,9 @@ upstream's own 4xx (message, type, param, code) when it refused the request itse
 502 otherwise. (503, nothing could be tried, is raised by the router or the actor.)
 
 Key health: a 429 cools the key down for that model, 401/403 takes it out of rotation, a
-client-caused 4xx shows the key is fine, anything else counts toward its circuit breaker.
+key whose credential could not be had (`CredentialsUnavailable`: a cloud identity's token
+endpoint down) has its circuit opened at once, a client-caused 4xx shows the key is fine,
+anything else counts toward its circuit breaker.
 """
 
 from __future__ import annotations
@@ -20,14 +22,15 @@ from gateway.errors import UpstreamProtocolError
 from gateway.errors import UpstreamStreamError
 from gateway.errors import UpstreamTimeout
 from gateway.routing.router import Attempt
+from gateway.upstream.credentials import CredentialsUnavailable
 from gateway.wire.openai_chat import Usage
 
 
 def error_kind(err: UpstreamError) -> str:
     """A bounded word for what went wrong (the `kind` of gateway_upstream_errors_total, and
     what key health makes of it): a timeout's own code (connect_timeout, first_byte_timeout,
-    idle_timeout, upstream_timeout), rate_limited, auth, http_4xx, http_5xx, connect,
-    stream_error, protocol."""
+    idle_timeout, upstream_timeout), rate_limited, auth, http_4xx, http_5xx, credentials,
+    connect, stream_error, protocol."""
     status = err.upstream_status
     if status == 429:
         return "rate_limited"
@@ -39,6 +42,8 @@ def error_kind(err: UpstreamError) -> str:
         return "stream_error"
     if status is not None:
         return "http_4xx" if status < 500 else "http_5xx"
+    if isinstance(err, CredentialsUnavailable):
+        return "credentials"
     if isinstance(err, UpstreamConnectError):
         return "connect"
     if isinstance(err, UpstreamProtocolError):
@@ -54,6 +59,8 @@ def report_failure(attempt: Attempt, ticket: int, err: UpstreamError) -> None:
         health.rate_limited(ticket, now, attempt.model, err.retry_after_s)
     elif kind == "auth":
         health.auth_failed(ticket, now)
+    elif kind == "credentials":
+        health.unusable(ticket, now)
     elif kind == "http_4xx" and not err.retryable:
         health.answered(ticket)  # the client's request was refused: the key is fine
     else:

@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.config import ProviderConfig
 from gateway.config import ProviderKey
+from gateway.providers.base import BearerToken
 from gateway.providers.embeddings import EmbeddingsCall
 from gateway.providers.embeddings import parse_input
 
@@ -33,5 +34,5 @@ def make_call(
         key=key if key is not None else (provider.keys[0] if provider.keys else None),
         model=model,
         now=NOW,
-        access_token=access_token,
+        credential=BearerToken(token=access_token, expires_at=0.0) if access_token else None,
     )

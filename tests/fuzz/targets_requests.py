@@ -26,6 +26,7 @@ from gateway.inbound.messages_request import CanonicalRequest
 from gateway.inbound.messages_request import translate_request
 from gateway.inbound.responses_request import ResponsesRequest
 from gateway.inbound.responses_request import to_chat
+from gateway.providers.base import BearerToken
 from gateway.providers.embeddings import EmbeddingsCall
 from gateway.providers.embeddings import Inputs
 from gateway.providers.embeddings import merge
@@ -132,7 +133,7 @@ def embeddings(data: bytes) -> None:
         key=provider.keys[0] if provider.keys else None,
         model=model,
         now=NOW,
-        access_token="token",
+        credential=BearerToken(token="token", expires_at=0.0),
     )
     parts = family.plan(call)
     header = body.split(b"\n", 1)[0][:64].decode("latin-1")

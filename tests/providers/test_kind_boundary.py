@@ -120,7 +120,7 @@ def test_every_kind_is_a_package_that_declares_its_spec() -> None:
 
 
 def test_capabilities_follow_from_what_each_package_declares() -> None:
-    assert kinds_with("count_tokens") == ["anthropic"]
+    assert kinds_with("count_tokens") == ["anthropic", "bedrock"]
     assert "anthropic" not in kinds_with("embeddings")
     assert set(kinds_with("embeddings")) == KINDS - {"anthropic"}
     assert kinds_speaking("responses") == kinds_with("continuation") == ["azure", "openai"]

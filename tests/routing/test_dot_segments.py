@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from gateway.config import parse_config
 from gateway.errors import BadRequest
 from gateway.providers.base import DECODE_ROUNDS
+from gateway.providers.base import BearerToken
 from gateway.providers.base import UpstreamCall
 from gateway.providers.base import has_dot_segment
 from gateway.providers.base import path_segment
@@ -211,7 +212,7 @@ def test_embeddings_adapters_never_build_a_path_from_a_dot_segment(provider: str
             key=p.keys[0] if p.keys else None,
             model=model,
             now=datetime.now(UTC),
-            access_token="t",
+            credential=BearerToken(token="t", expires_at=0.0),
         )
         with pytest.raises(BadRequest):
             family.plan(call)

@@ -13,6 +13,7 @@ from gateway.config import Secret
 from gateway.config import parse_config
 from gateway.errors import UpstreamStatusError
 from gateway.observability.logs import configure_logging
+from gateway.providers.base import BearerToken
 from gateway.providers.base import hide_credentials
 from gateway.providers.bedrock.config import BedrockKey
 
@@ -28,7 +29,7 @@ def test_an_upstream_message_loses_every_credential_of_the_attempt() -> None:
         retryable=False,
         upstream_status=400,
     )
-    assert hide_credentials(err, key, "ya29.token") is err
+    assert hide_credentials(err, key, BearerToken(token="ya29.token", expires_at=0.0)) is err
     assert err.message == "bad: [redacted] [redacted] [redacted] [redacted]"
     assert str(err) == err.message
     plain = UpstreamStatusError("Incorrect API key provided: sk-x-1", upstream_status=500)

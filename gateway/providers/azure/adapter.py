@@ -19,17 +19,22 @@ in the body's `model` (Azure's Responses API has no deployment segment in its pa
 `{base_url}/openai/responses?api-version={api_version}` otherwise (a dated version that has
 the Responses API: `2025-03-01-preview` or later).
 
-The provider key goes in the `api-key` header, never in `Authorization`.
+The provider key goes in the `api-key` header, never in `Authorization`; an `identity:
+default` key sends a Microsoft Entra ID token (fetched for its `EntraIdentity`) as
+`Authorization: Bearer` instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gateway.config_base import ProviderKey
 from gateway.errors import UpstreamError
 from gateway.providers.azure.config import AzureProvider
 from gateway.providers.azure.urls import AzureUrls
 from gateway.providers.azure.urls import auth_headers
+from gateway.providers.azure.urls import azure_source
+from gateway.providers.base import TokenSource
 from gateway.providers.base import UpstreamCall
 from gateway.providers.base import UpstreamRequest
 from gateway.providers.openai.adapter import OpenAIAdapter
@@ -41,7 +46,11 @@ class AzureAdapter(OpenAIAdapter):
     """The OpenAI adapter with Azure's URLs and `api-key` authentication."""
 
     def __init__(self, provider: AzureProvider) -> None:
+        self._provider = provider
         self.urls = AzureUrls(provider)
+
+    def token_source(self, key: ProviderKey | None) -> TokenSource | None:
+        return azure_source(self._provider, key)
 
     def url(self, call: UpstreamCall) -> str:
         if call.api == "responses":
@@ -49,7 +58,7 @@ class AzureAdapter(OpenAIAdapter):
         return self.urls.of("chat/completions", call.model)
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest:
-        headers = auth_headers(call.key)
+        headers = auth_headers(call.key, call.credential)
         if call.stream:
             headers["Accept"] = "text/event-stream"
         return UpstreamRequest(url=self.url(call), headers=headers, body=upstream_body(call))

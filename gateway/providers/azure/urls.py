@@ -1,4 +1,6 @@
-"""Where an Azure OpenAI resource takes each operation, and its `api-key` header. Sans-IO.
+"""Where an Azure OpenAI resource takes each operation, and its credential headers: the key
+in `api-key`, or an `identity: default` key's Microsoft Entra ID token as a bearer
+(`EntraIdentity`, the scope `https://cognitiveservices.azure.com/.default`). Sans-IO.
 
 - deployment path (a dated `api_version` such as `2024-10-21`):
   `{root}/openai/deployments/{deployment}/{operation}?api-version={api_version}`, the
@@ -17,8 +19,14 @@ from urllib.parse import quote
 
 from gateway.config_base import ProviderKey
 from gateway.config_base import effective_base_url
+from gateway.providers.azure.config import AzureKey
 from gateway.providers.azure.config import AzureProvider
+from gateway.providers.base import Credential
+from gateway.providers.base import TokenSource
+from gateway.providers.base import bearer_token
 from gateway.providers.base import path_segment
+from gateway.providers.identity import EntraIdentity
+from gateway.providers.identity import configured_proxy
 
 V1_VERSIONS = frozenset({"v1", "preview"})
 
@@ -53,9 +61,21 @@ class AzureUrls:
         return f"{self._prefix}{path_segment(deployment)}/{operation}{self._query}"
 
 
-def auth_headers(key: ProviderKey | None) -> dict[str, str]:
-    """JSON content and the key in `api-key` (never in `Authorization`)."""
+def azure_source(provider: AzureProvider, key: ProviderKey | None) -> TokenSource | None:
+    """An identity key's Entra ID token (chat, Responses and embeddings alike); None for an
+    api key, sent as it is."""
+    if isinstance(key, AzureKey) and key.cloud_identity is not None:
+        return EntraIdentity(proxy=configured_proxy(provider))
+    return None
+
+
+def auth_headers(key: ProviderKey | None, credential: Credential | None) -> dict[str, str]:
+    """JSON content and the key in `api-key` (an api key is never sent in `Authorization`),
+    or an identity key's Entra ID token in `Authorization: Bearer`."""
     headers = {"Content-Type": "application/json"}
-    if key is not None and key.key:
+    if isinstance(key, AzureKey) and key.cloud_identity is not None:
+        token = bearer_token(credential, "the Microsoft Entra ID identity")
+        headers["Authorization"] = "Bearer " + token.token
+    elif key is not None and key.key:
         headers["api-key"] = key.key.reveal()
     return headers

@@ -2,8 +2,13 @@
 event-stream frames) and `/converse` (JSON). Sans-IO.
 
 The request is built in `bedrock/request.py` and signed with SigV4 (`sigv4.py`) for
-`aws_access_key_id` keys, or sent with `Authorization: Bearer` for Bedrock API keys. The
-model id is percent-encoded as one path segment (`a:b` -> `a%3Ab`).
+`aws_access_key_id` keys and `identity: default` keys (with the AWS credentials fetched for
+them: `token_source`), or sent with `Authorization: Bearer` for Bedrock API keys
+(`bedrock/auth.py`). The model id is percent-encoded as one path segment (`a:b` -> `a%3Ab`).
+
+count_tokens is Bedrock's CountTokens (`POST /model/{model}/count-tokens`, body `{"input":
+{"converse": {messages, system, toolConfig}}}`, answer `{"inputTokens": n}`), authenticated
+as the chat request is.
 
 Stream translation (frames are `EventStreamMessage`s):
 
@@ -27,6 +32,9 @@ from collections.abc import Mapping
 from datetime import UTC
 from datetime import datetime
 
+import msgspec
+
+from gateway.config_base import ProviderKey
 from gateway.config_base import effective_base_url
 from gateway.errors import InternalError
 from gateway.errors import UpstreamError
@@ -34,6 +42,8 @@ from gateway.errors import UpstreamProtocolError
 from gateway.errors import UpstreamStreamError
 from gateway.framing.aws_eventstream import EventStreamMessage
 from gateway.providers.base import AdapterDefaults
+from gateway.providers.base import TokenCount
+from gateway.providers.base import TokenSource
 from gateway.providers.base import Translated
 from gateway.providers.base import UnaryResult
 from gateway.providers.base import UpstreamCall
@@ -42,6 +52,7 @@ from gateway.providers.base import path_segment
 from gateway.providers.base import status_error
 from gateway.providers.base import tool_input_text
 from gateway.providers.bedrock.auth import authorized
+from gateway.providers.bedrock.auth import identity_source
 from gateway.providers.bedrock.config import BedrockProvider
 from gateway.providers.bedrock.request import build_converse_request
 from gateway.providers.translate import STOP_REASONS
@@ -252,6 +263,24 @@ def error_from_body(status: int, body: bytes, headers: Mapping[str, str]) -> Ups
     return status_error(status, message or f"upstream answered HTTP {status}", type=kind, code=kind)
 
 
+# what ConverseTokensRequest takes of a Converse body (no inferenceConfig)
+COUNT_TOKENS_FIELDS = frozenset({"messages", "system", "toolConfig"})
+
+
+class _CountTokensAnswer(msgspec.Struct, rename="camel"):
+    input_tokens: int
+
+
+_count_decoder = msgspec.json.Decoder(_CountTokensAnswer)
+
+
+def read_input_tokens(body: bytes) -> int:
+    try:
+        return _count_decoder.decode(body).input_tokens
+    except DECODE_ERRORS as exc:
+        raise UpstreamProtocolError(f"malformed CountTokens answer: {exc}") from None
+
+
 def signing_time(call: UpstreamCall) -> datetime:
     """The attempt's own time (`call.now`, read by the caller) for SigV4: sans-IO, this
     module reads no clock. A caller that forgot it is a bug, not a request from 1970."""
@@ -266,8 +295,25 @@ class BedrockAdapter(AdapterDefaults):
     framing = "aws-eventstream"
 
     def __init__(self, provider: BedrockProvider) -> None:
+        self._provider = provider
         self._base = effective_base_url(provider)
         self._region = provider.region
+
+    def token_source(self, key: ProviderKey | None) -> TokenSource | None:
+        return identity_source(self._provider, key)
+
+    def count_tokens(self, call: UpstreamCall) -> TokenCount:
+        url = f"{self._base}/model/{path_segment(call.model)}/count-tokens"
+        converse = msgspec.to_builtins(build_converse_request(call))
+        counted = {k: v for k, v in converse.items() if k in COUNT_TOKENS_FIELDS}
+        body = msgspec.json.encode({"input": {"converse": counted}})
+        headers = {"content-type": "application/json", "accept": "application/json"}
+        headers = authorized(
+            url, headers, body, call.key, self._region, signing_time(call), call.credential
+        )
+        return TokenCount(
+            request=UpstreamRequest(url=url, headers=headers, body=body), read=read_input_tokens
+        )
 
     def url(self, call: UpstreamCall) -> str:
         action = "converse-stream" if call.stream else "converse"
@@ -280,7 +326,9 @@ class BedrockAdapter(AdapterDefaults):
             "accept": "application/vnd.amazon.eventstream" if call.stream else "application/json",
         }
         body = bedrock_encoder.encode(build_converse_request(call))
-        headers = authorized(url, headers, body, call.key, self._region, signing_time(call))
+        headers = authorized(
+            url, headers, body, call.key, self._region, signing_time(call), call.credential
+        )
         return UpstreamRequest(url=url, headers=headers, body=body)
 
     def translator(self, call: UpstreamCall) -> BedrockStreamTranslator:

@@ -28,12 +28,14 @@ from typing import Any
 
 import msgspec
 
+from gateway.config_base import ProviderKey
 from gateway.config_base import effective_base_url
 from gateway.errors import BadRequest
+from gateway.providers.base import TokenSource
 from gateway.providers.base import UpstreamRequest
-from gateway.providers.base import no_token_source
 from gateway.providers.base import path_segment
 from gateway.providers.bedrock.auth import authorized
+from gateway.providers.bedrock.auth import identity_source
 from gateway.providers.bedrock.config import BedrockProvider
 from gateway.providers.embeddings import EmbeddingsCall
 from gateway.providers.embeddings import Part
@@ -118,17 +120,20 @@ def header(headers: Mapping[str, str], name: str) -> str | None:
 class BedrockEmbeddings:
     """The `bedrock` kind."""
 
-    token_source = no_token_source
     takes_token_ids = False
 
     def __init__(self, provider: BedrockProvider) -> None:
+        self._provider = provider
         self._base = effective_base_url(provider)
         self._region = provider.region
+
+    def token_source(self, key: ProviderKey | None) -> TokenSource | None:
+        return identity_source(self._provider, key)
 
     def _request(self, call: EmbeddingsCall, body: bytes) -> UpstreamRequest:
         url = f"{self._base}/model/{path_segment(call.model)}/invoke"
         headers = {"content-type": "application/json", "accept": "application/json"}
-        headers = authorized(url, headers, body, call.key, self._region, call.now)
+        headers = authorized(url, headers, body, call.key, self._region, call.now, call.credential)
         return UpstreamRequest(url=url, headers=headers, body=body)
 
     def plan(self, call: EmbeddingsCall) -> list[Part]:

@@ -16,21 +16,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gateway.config_base import ProviderKey
 from gateway.errors import UpstreamError
 from gateway.errors import UpstreamProtocolError
 from gateway.errors import UpstreamStreamError
 from gateway.framing.sse import SSEEvent
 from gateway.providers.base import AdapterDefaults
+from gateway.providers.base import Credential
+from gateway.providers.base import TokenSource
 from gateway.providers.base import Translated
 from gateway.providers.base import UnaryResult
 from gateway.providers.base import UpstreamCall
 from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import bearer_token
 from gateway.providers.base import excerpt_error
 from gateway.providers.base import path_segment
 from gateway.providers.base import status_error
+from gateway.providers.gemini.config import GeminiKey
 from gateway.providers.gemini.config import GeminiProvider
 from gateway.providers.gemini.request import build_body
 from gateway.providers.gemini.request import signed_call_id
+from gateway.providers.identity import GoogleIdentity
+from gateway.providers.identity import configured_proxy
 from gateway.providers.translate import ChunkTranslator
 from gateway.providers.translate import answer_message
 from gateway.providers.translate import chat_finish
@@ -227,12 +234,44 @@ def error_from_body(status: int, body: bytes) -> UpstreamError:
     return status_error(status, err.message, type=err.status, code=err.status)
 
 
+def bearer_headers(credential: Credential | None, what: str) -> dict[str, str]:
+    """The headers of a Google OAuth token: the bearer, and the project billed for it when
+    the credentials name one (user credentials from an ADC file: `x-goog-user-project`)."""
+    token = bearer_token(credential, what)
+    headers = {"Authorization": "Bearer " + token.token}
+    if token.quota_project:
+        headers["x-goog-user-project"] = token.quota_project
+    return headers
+
+
+def gemini_source(provider: GeminiProvider, key: ProviderKey | None) -> TokenSource | None:
+    """An `identity: default` key's OAuth token (Application Default Credentials); None
+    for an API key, sent as it is."""
+    if isinstance(key, GeminiKey) and key.cloud_identity is not None:
+        return GoogleIdentity(target_principal=key.impersonate, proxy=configured_proxy(provider))
+    return None
+
+
+def gemini_auth(call_key: ProviderKey | None, credential: Credential | None) -> dict[str, str]:
+    """The Gemini API's credential headers: the API key in `x-goog-api-key`, or an
+    identity key's OAuth token as a bearer."""
+    if isinstance(call_key, GeminiKey) and call_key.cloud_identity is not None:
+        return bearer_headers(credential, "the Google identity")
+    if call_key is not None and call_key.key:
+        return {"x-goog-api-key": call_key.key.reveal()}
+    return {}
+
+
 class GeminiAdapter(AdapterDefaults):
     """The `gemini` kind: the Gemini API at `base_url` (Google's by default), key in
-    `x-goog-api-key`."""
+    `x-goog-api-key` or, for an identity key, an OAuth token as a bearer."""
 
     def __init__(self, provider: GeminiProvider) -> None:
+        self._provider = provider
         self._base = provider.models_url()
+
+    def token_source(self, key: ProviderKey | None) -> TokenSource | None:
+        return gemini_source(self._provider, key)
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest:
         model = path_segment(call.model.removeprefix("models/"), safe="-._~")
@@ -243,8 +282,7 @@ class GeminiAdapter(AdapterDefaults):
         headers = {"Content-Type": "application/json"}
         if call.stream:
             headers["Accept"] = "text/event-stream"
-        if call.key is not None and call.key.key:
-            headers["x-goog-api-key"] = call.key.key.reveal()
+        headers.update(gemini_auth(call.key, call.credential))
         return UpstreamRequest(url=url, headers=headers, body=build_body(call))
 
     def translator(self, call: UpstreamCall) -> GeminiStreamTranslator:

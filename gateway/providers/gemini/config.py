@@ -1,11 +1,32 @@
-"""The `gemini` provider's config: a Gemini API key (`x-goog-api-key`)."""
+"""The `gemini` provider's config: a Gemini API key (`x-goog-api-key`), or `identity:
+default` (an OAuth token from Application Default Credentials, optionally impersonating a
+service account; providers/identity.py), which the Gemini API takes as a bearer."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import ClassVar
 
+import msgspec
+
 from gateway.config_base import ProviderBase
+from gateway.config_base import ProviderKey
 from gateway.config_base import effective_base_url
+from gateway.config_parse import Path
+from gateway.config_parse import Problem
+from gateway.providers.identity import identity_problems
+from gateway.providers.identity import impersonate_problems
+
+
+class GeminiKey(ProviderKey, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    # `identity: default`: Application Default Credentials instead of an API key
+    cloud_identity: str | None = msgspec.field(default=None, name="identity")
+    impersonate: str | None = None  # a service account's email
+
+    def identity(self) -> str:
+        if self.cloud_identity is not None:
+            return f"identity|{self.cloud_identity}|{self.impersonate or ''}"
+        return super().identity()
 
 
 class GeminiProvider(
@@ -15,6 +36,20 @@ class GeminiProvider(
     default_url: ClassVar[str | None] = "https://generativelanguage.googleapis.com"
     env_key: ClassVar[str | None] = "GEMINI_API_KEY"
 
+    keys: list[GeminiKey] = msgspec.field(default_factory=list)  # type: ignore[assignment]
+
     def models_url(self) -> str:
         """The prefix of every model's operations (`{models_url}{model}:generateContent`)."""
         return effective_base_url(self) + "/v1beta/models/"
+
+    def key_problems(self, key: ProviderKey, here: Path) -> Iterator[Problem]:
+        if not isinstance(key, GeminiKey):  # the built-in default's key from the environment
+            yield from super().key_problems(key, here)
+            return
+        options = {"impersonate": key.impersonate}
+        secrets = ["key"] if key.key is not None else []
+        yield from identity_problems(key.cloud_identity, here, secrets=secrets, options=options)
+        if key.cloud_identity is not None:
+            yield from impersonate_problems(here, key.impersonate)
+        else:
+            yield from super().key_problems(key, here)

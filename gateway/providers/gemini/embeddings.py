@@ -16,7 +16,8 @@ from collections.abc import Mapping
 
 import msgspec
 
-from gateway.providers.base import no_token_source
+from gateway.config_base import ProviderKey
+from gateway.providers.base import TokenSource
 from gateway.providers.base import path_segment
 from gateway.providers.embeddings import EmbeddingsCall
 from gateway.providers.embeddings import Part
@@ -24,6 +25,8 @@ from gateway.providers.embeddings import PartResult
 from gateway.providers.embeddings import batched_parts
 from gateway.providers.embeddings import decode_json
 from gateway.providers.embeddings import texts_of
+from gateway.providers.gemini.adapter import gemini_auth
+from gateway.providers.gemini.adapter import gemini_source
 from gateway.providers.gemini.config import GeminiProvider
 
 GEMINI_BATCH = 100
@@ -66,18 +69,19 @@ def model_path(model: str) -> str:
 class GeminiEmbeddings:
     """The `gemini` kind."""
 
-    token_source = no_token_source
     takes_token_ids = False
 
     def __init__(self, provider: GeminiProvider) -> None:
+        self._provider = provider
         self._base = provider.models_url()
+
+    def token_source(self, key: ProviderKey | None) -> TokenSource | None:
+        return gemini_source(self._provider, key)
 
     def plan(self, call: EmbeddingsCall) -> list[Part]:
         texts = texts_of(call)
         url = self._base + model_path(call.model) + ":batchEmbedContents"
-        headers = {"Content-Type": "application/json"}
-        if call.key is not None and call.key.key:
-            headers["x-goog-api-key"] = call.key.key.reveal()
+        headers = {"Content-Type": "application/json", **gemini_auth(call.key, call.credential)}
         name = "models/" + call.model.removeprefix("models/")
 
         def body_of(batch: list[str]) -> bytes:

@@ -2,10 +2,11 @@
 
 The request body, the stream and the answers are Gemini's (providers/gemini/adapter.py);
 only the URL (project, region, publisher model: `VertexProvider.models_url`) and the
-credential differ: an OAuth access token from a service-account credentials file, fetched
-and cached by upstream/credentials.py from the `GoogleServiceAccount` the adapter declares,
-handed in as `call.access_token`.
-Sans-IO.
+credential differ: an OAuth access token, from a service-account credentials file
+(`GoogleServiceAccount`) or from Application Default Credentials for an `identity: default`
+key (`GoogleIdentity`, optionally impersonating a service account), fetched and cached by
+upstream/credentials.py from the source the adapter declares, handed in as
+`call.credential`. Sans-IO.
 """
 
 from __future__ import annotations
@@ -17,13 +18,18 @@ from gateway.providers.base import TokenSource
 from gateway.providers.base import UpstreamCall
 from gateway.providers.base import UpstreamRequest
 from gateway.providers.gemini.adapter import GeminiAdapter
+from gateway.providers.gemini.adapter import bearer_headers
+from gateway.providers.identity import GoogleIdentity
+from gateway.providers.identity import configured_proxy
 from gateway.providers.vertex.config import VertexKey
 from gateway.providers.vertex.config import VertexProvider
 
 
-def service_account(key: ProviderKey | None) -> GoogleServiceAccount:
-    """A vertex key's credential: an OAuth token for its service-account file (chat and
-    embeddings alike)."""
+def vertex_source(provider: VertexProvider, key: ProviderKey | None) -> TokenSource:
+    """A vertex key's credential (chat and embeddings alike): Application Default
+    Credentials for an identity key, else its service-account file."""
+    if isinstance(key, VertexKey) and key.cloud_identity is not None:
+        return GoogleIdentity(target_principal=key.impersonate, proxy=configured_proxy(provider))
     if not isinstance(key, VertexKey) or not key.credentials_file:
         raise UpstreamConnectError("the Vertex AI key has no credentials_file")
     return GoogleServiceAccount(key.credentials_file)
@@ -31,15 +37,14 @@ def service_account(key: ProviderKey | None) -> GoogleServiceAccount:
 
 class VertexAdapter(GeminiAdapter):
     def token_source(self, key: ProviderKey | None) -> TokenSource | None:
-        return service_account(key)
+        return vertex_source(self._vertex, key)
 
     def __init__(self, provider: VertexProvider) -> None:
+        self._vertex = provider
         self._base = provider.models_url()
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest:
-        if not call.access_token:
-            raise UpstreamConnectError("no access token for the Vertex AI credentials")
         request = super().build_request(call)
         request.headers.pop("x-goog-api-key", None)
-        request.headers["Authorization"] = "Bearer " + call.access_token
+        request.headers.update(bearer_headers(call.credential, "the Vertex AI credentials"))
         return request

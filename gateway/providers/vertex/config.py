@@ -1,5 +1,7 @@
 """The `vertex` provider's config: a Google Cloud project and region, and keys that are
-service-account credentials files (an OAuth token is fetched from each)."""
+service-account credentials files or `identity: default` (Application Default Credentials,
+optionally impersonating a service account; providers/identity.py); an OAuth token is
+fetched from each."""
 
 from __future__ import annotations
 
@@ -14,12 +16,19 @@ from gateway.config_base import ProviderKey
 from gateway.config_base import effective_base_url
 from gateway.config_parse import Path
 from gateway.config_parse import Problem
+from gateway.providers.identity import identity_problems
+from gateway.providers.identity import impersonate_problems
 
 
 class VertexKey(ProviderKey, forbid_unknown_fields=True, kw_only=True, frozen=True):
     credentials_file: str | None = None  # a service account JSON file
+    # `identity: default`: Application Default Credentials instead of a file
+    cloud_identity: str | None = msgspec.field(default=None, name="identity")
+    impersonate: str | None = None  # a service account's email
 
     def identity(self) -> str:
+        if self.cloud_identity is not None:
+            return f"identity|{self.cloud_identity}|{self.impersonate or ''}"
         return self.credentials_file or ""
 
 
@@ -52,7 +61,13 @@ class VertexProvider(
         yield from super().problems()
 
     def key_problems(self, key: ProviderKey, here: Path) -> Iterator[Problem]:
-        if not isinstance(key, VertexKey) or not key.credentials_file:
-            yield (*here, "credentials_file"), f"required for kind '{self.kind}'"
+        assert isinstance(key, VertexKey)
         if key.key is not None:
             yield (*here, "key"), "not used by kind vertex (use credentials_file)"
+        secrets = ["credentials_file"] if key.credentials_file else []
+        options = {"impersonate": key.impersonate}
+        yield from identity_problems(key.cloud_identity, here, secrets=secrets, options=options)
+        if key.cloud_identity is not None:
+            yield from impersonate_problems(here, key.impersonate)
+        elif not key.credentials_file:
+            yield (*here, "credentials_file"), f"required for kind '{self.kind}'"

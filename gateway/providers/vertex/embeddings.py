@@ -18,7 +18,6 @@ from collections.abc import Mapping
 import msgspec
 
 from gateway.config_base import ProviderKey
-from gateway.errors import UpstreamConnectError
 from gateway.providers.base import TokenSource
 from gateway.providers.embeddings import EmbeddingsCall
 from gateway.providers.embeddings import Part
@@ -26,8 +25,9 @@ from gateway.providers.embeddings import PartResult
 from gateway.providers.embeddings import batched_parts
 from gateway.providers.embeddings import decode_json
 from gateway.providers.embeddings import texts_of
+from gateway.providers.gemini.adapter import bearer_headers
 from gateway.providers.gemini.embeddings import model_path
-from gateway.providers.vertex.adapter import service_account
+from gateway.providers.vertex.adapter import vertex_source
 from gateway.providers.vertex.config import VertexProvider
 
 VERTEX_BATCH = 250
@@ -74,20 +74,17 @@ class VertexAIEmbeddings:
     takes_token_ids = False
 
     def __init__(self, provider: VertexProvider) -> None:
+        self._provider = provider
         self._base = provider.models_url()
 
     def token_source(self, key: ProviderKey | None) -> TokenSource | None:
-        return service_account(key)
+        return vertex_source(self._provider, key)
 
     def plan(self, call: EmbeddingsCall) -> list[Part]:
         texts = texts_of(call)
-        if not call.access_token:
-            raise UpstreamConnectError("no access token for the Vertex AI credentials")
+        auth = bearer_headers(call.credential, "the Vertex AI credentials")
         url = self._base + model_path(call.model) + ":predict"
-        headers = {
-            "Content-Type": "application/json",
-            "Authorization": "Bearer " + call.access_token,
-        }
+        headers = {"Content-Type": "application/json", **auth}
         size = 1 if call.model.startswith("gemini-embedding") else VERTEX_BATCH
         parameters = None
         if call.dimensions is not None:
