@@ -308,9 +308,12 @@ class BedrockAdapter(AdapterDefaults):
         counted = {k: v for k, v in converse.items() if k in COUNT_TOKENS_FIELDS}
         body = msgspec.json.encode({"input": {"converse": counted}})
         headers = {"content-type": "application/json", "accept": "application/json"}
-        headers = authorized(
-            url, headers, body, call.key, self._region, signing_time(call), call.credential
-        )
+        if call.credential is not None or self.token_source(call.key) is None:
+            # (the route first asks whether the kind can count, before any credential is
+            # fetched; the attempt itself always has its credential)
+            headers = authorized(
+                url, headers, body, call.key, self._region, signing_time(call), call.credential
+            )
         return TokenCount(
             request=UpstreamRequest(url=url, headers=headers, body=body), read=read_input_tokens
         )
