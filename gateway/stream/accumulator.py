@@ -39,6 +39,27 @@ from gateway.wire.openai_chat import ToolCall
 from gateway.wire.openai_chat import ToolCallDelta
 from gateway.wire.openai_chat import Usage
 
+_SEGMENT = 64
+
+
+class Fragments(list[str]):
+    """The text of one field as it arrived, every `_SEGMENT` fragments joined into one
+    string: a long answer of 20-byte deltas holds one object per 64 of them, not 64 strings
+    of ~70 bytes each (and each character is copied once more, never quadratically)."""
+
+    __slots__ = ("_loose",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._loose = 0  # fragments appended since the last join
+
+    def add(self, fragment: str) -> None:
+        self.append(fragment)
+        self._loose += 1
+        if self._loose == _SEGMENT:
+            self[-_SEGMENT:] = ["".join(self[-_SEGMENT:])]
+            self._loose = 0
+
 
 class ToolCallState:
     """One tool call as it builds up: identity, name and the argument fragments."""
@@ -51,7 +72,7 @@ class ToolCallState:
         self.upstream_index = upstream_index
         self.item_id: str | None = None
         self.name = ""
-        self.arguments: list[str] = []
+        self.arguments = Fragments()
 
     def tool_call(self) -> ToolCall:
         return ToolCall(
@@ -77,9 +98,9 @@ class ChoiceState:
 
     def __init__(self) -> None:
         self.role = "assistant"
-        self.content: list[str] = []
-        self.refusal: list[str] | None = None
-        self.reasoning: list[str] | None = None
+        self.content = Fragments()
+        self.refusal: Fragments | None = None
+        self.reasoning: Fragments | None = None
         self.calls: list[ToolCallState] = []
         self.by_id: dict[str, ToolCallState] = {}
         self.by_upstream_index: dict[int, ToolCallState] = {}
@@ -141,17 +162,17 @@ class StreamAccumulator:
             state.role = delta.role
         content = delta.content
         if content:
-            state.content.append(content)
+            state.content.add(content)
             self.output_seen = True
         if delta.refusal:
             if state.refusal is None:
-                state.refusal = []
-            state.refusal.append(delta.refusal)
+                state.refusal = Fragments()
+            state.refusal.add(delta.refusal)
             self.output_seen = True
         if delta.reasoning_content:
             if state.reasoning is None:
-                state.reasoning = []
-            state.reasoning.append(delta.reasoning_content)
+                state.reasoning = Fragments()
+            state.reasoning.add(delta.reasoning_content)
         tool_calls = delta.tool_calls
         if tool_calls:
             self.output_seen = True
@@ -199,7 +220,7 @@ class StreamAccumulator:
             if name:
                 call.name = name
             if args:
-                call.arguments.append(args)
+                call.arguments.add(args)
             if call_id is not None and tc.type == "function" and call.index == upstream_index:
                 return tc
             if call.id is None:
@@ -211,7 +232,7 @@ class StreamAccumulator:
                 function=FunctionDelta(name=call.name, arguments=args or ""),
             )
         if args:
-            call.arguments.append(args)
+            call.arguments.add(args)
         if upstream_index is not None and upstream_index not in state.by_upstream_index:
             state.by_upstream_index[upstream_index] = call
         repeats_identity = tc.id is not UNSET or tc.type is not UNSET or name is not UNSET
@@ -235,7 +256,7 @@ class StreamAccumulator:
         call.item_id = item_id
         call.name = name
         if arguments:
-            call.arguments.append(arguments)
+            call.arguments.add(arguments)
         state.calls.append(call)
         if call_id:
             state.by_id[call_id] = call
@@ -248,12 +269,12 @@ class StreamAccumulator:
         call = self._by_item.get(item_id)
         if call is None:
             raise UpstreamProtocolError(f"arguments for unknown item {item_id!r}", retryable=True)
-        call.arguments.append(delta)
+        call.arguments.add(delta)
         return call.index
 
     def responses_text_delta(self, delta: str) -> None:
         if delta:
-            self._choice0().content.append(delta)
+            self._choice0().content.add(delta)
             self.output_seen = True
 
     def responses_finish(self, reason: str, usage: Usage | None) -> str:

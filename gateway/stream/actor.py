@@ -53,6 +53,7 @@ from gateway.stream.client_stream import ClientStream
 from gateway.stream.deadlines import Deadlines
 from gateway.stream.outbound import Outbound
 from gateway.stream.pipeline import ChunkPipeline
+from gateway.stream.relay import Relay
 from gateway.stream.served import ChatJob
 from gateway.stream.served import StreamOutcome
 from gateway.upstream.attempts import AttemptRunner
@@ -60,6 +61,7 @@ from gateway.upstream.attempts import Ended
 from gateway.upstream.credentials import AccessTokens
 from gateway.upstream.http_client import HttpPool
 from gateway.upstream.http_client import PendingResponse
+from gateway.upstream.http_connection import UpstreamResponse
 from gateway.upstream.transport import PlaybackBody
 from gateway.upstream.transport import UpstreamBody
 from gateway.upstream.transport import answered
@@ -235,6 +237,7 @@ class StreamActor:
         call = self.call(attempt, stream=False)
         timeouts = attempt.provider.timeouts
         request = attempt.adapter.build_request(call)
+        request.egress = attempt.provider.egress  # its proxy and TLS trust
         self.gateway_s += perf_counter() - self.attempt_mark
         # A non-streaming upstream sends its first byte when it is done: only total_s
         # applies, one deadline for the answer and its body, under one timer.
@@ -326,6 +329,7 @@ class StreamActor:
             deliver=deliver,
         )
         request = attempt.adapter.build_request(call)
+        request.egress = attempt.provider.egress  # its proxy and TLS trust
         self.gateway_s += perf_counter() - self.attempt_mark
         sent = await send_upstream(self._pool, request, connect_s=timeouts.connect_s)
         alarm = self.runner.alarm
@@ -364,36 +368,54 @@ class StreamActor:
         loop, alarm, client = self.loop, self.runner.alarm, self.client
         acc, translator = pipeline.acc, pipeline.translator
         spill = client if deliver else None
-        while True:
-            try:
-                while True:
-                    data = await body.read()
-                    mark = perf_counter()
-                    deadlines.last_upstream = now = loop.time()
-                    if not deadlines.got_bytes:
-                        self.first_byte = now
-                        deadlines.got_bytes = True
-                    if not data:
-                        out = pipeline.run(decoder.close(), spill, closing=True)
-                        self._processed(mark, acc.output_seen)
-                        if not translator.done and (not acc.choices or acc.unfinished_choices()):
-                            raise UpstreamProtocolError(
-                                "the upstream closed the stream before it finished"
+        # once the client's writes go straight to its transport, reads in full flow are
+        # relayed from the connection's callback (stream/relay.py); cleared on the way out
+        # (it refers to this actor: no cycle outlives the loop)
+        connection = body.connection if deliver and isinstance(body, UpstreamResponse) else None
+        to_engage = connection is not None
+        try:
+            while True:
+                try:
+                    while True:
+                        if to_engage and client.writes_directly:
+                            assert connection is not None
+                            connection.relay = Relay(
+                                client, decoder, pipeline, deadlines, loop.time, self._processed
                             )
-                        if deliver:
-                            client.pending.extend(out)  # leaves with the tail
-                        return
-                    out = pipeline.run(decoder.feed(data), spill)
-                    self._processed(mark, acc.output_seen)
-                    if deliver and out:
-                        # with the body's end already here, these bytes leave with the
-                        # tail in one write (nothing waits that could have gone now)
-                        await client.deliver(out, acc.output_seen, body.ended)
-            except asyncio.CancelledError:
-                if not alarm.expired():
-                    raise
-            await self._on_wake(deadlines)
-            alarm.arm(deadlines.next_wake(self.committed))
+                            to_engage = False
+                        data = await body.read()
+                        mark = perf_counter()
+                        deadlines.last_upstream = now = loop.time()
+                        if not deadlines.got_bytes:
+                            self.first_byte = now
+                            deadlines.got_bytes = True
+                        if not data:
+                            out = pipeline.run(decoder.close(), spill, closing=True)
+                            self._processed(mark, acc.output_seen)
+                            if not translator.done and (
+                                not acc.choices or acc.unfinished_choices()
+                            ):
+                                raise UpstreamProtocolError(
+                                    "the upstream closed the stream before it finished"
+                                )
+                            if deliver:
+                                client.pending.extend(out)  # leaves with the tail
+                            return
+                        out = pipeline.run(decoder.feed(data), spill)
+                        self._processed(mark, acc.output_seen)
+                        if deliver and out:
+                            # with the body's end already here, these bytes leave with the
+                            # tail in one write (nothing waits that could have gone now)
+                            await client.deliver(out, acc.output_seen, body.ended)
+                        del data, out  # not held while the next read waits, by every stream
+                except asyncio.CancelledError:
+                    if not alarm.expired():
+                        raise
+                await self._on_wake(deadlines)
+                alarm.arm(deadlines.next_wake(self.committed))
+        finally:
+            if connection is not None:
+                connection.relay = None
 
     def _processed(self, mark: float, output_seen: bool) -> None:
         """One upstream read went through the pipeline (`mark`: when it arrived)."""

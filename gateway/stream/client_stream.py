@@ -116,27 +116,52 @@ class ClientStream:
         `transport.write`: aiohttp's `StreamResponse.write` costs two more coroutines and a
         three-buffer `writelines` per chunk, for nothing a stream needs (no compression, no
         length to count, and a write with room never waits)."""
+        if self._direct is not None and self._has_room(len(data)):
+            self.write_now(data, progress=progress)
+            return
         response = self.response
         assert response is not None
         try:
-            direct = self._direct
-            if direct is not None and self._has_room(len(data)):
-                if direct.is_closing():
-                    raise ClientGone
-                if not data:
-                    pass  # an empty chunk would end the body (aiohttp skips it too)
-                elif len(data) < _COPY_BELOW:
-                    direct.write(b"%x\r\n%b\r\n" % (len(data), data))
-                else:  # a large write is not copied into a framed one
-                    direct.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
-            elif self._has_room(len(data)):
+            if self._has_room(len(data)):
                 await response.write(data)  # stays under the high-water mark: cannot wait
-                self._go_direct(response)
             else:
                 await self._write_bounded(response, data, eof=False)
-                self._go_direct(response)
+            self._go_direct(response)
         except _CLIENT_GONE:
             raise ClientGone from None
+        self._wrote(progress)
+
+    @property
+    def writes_directly(self) -> bool:
+        """The head is out and the body's chunks go to the transport (see `write`)."""
+        return self._direct is not None
+
+    def can_write_now(self, size: int) -> bool:
+        """Whether `write_now` may take `size` bytes: the head is out, the body is chunked
+        and the transport has room (it may then take one write more than `size`: the bound
+        stays the high-water mark plus one write)."""
+        return self._direct is not None and self._has_room(size)
+
+    def write_now(self, data: bytes, *, progress: bool = True) -> None:
+        """`write` without waiting, once `can_write_now` said so: one framed HTTP chunk in
+        one `transport.write` (called from the upstream connection's relay, outside any
+        coroutine)."""
+        direct = self._direct
+        assert direct is not None
+        if direct.is_closing():
+            raise ClientGone
+        try:
+            if not data:
+                pass  # an empty chunk would end the body (aiohttp skips it too)
+            elif len(data) < _COPY_BELOW:
+                direct.write(b"%x\r\n%b\r\n" % (len(data), data))
+            else:  # a large write is not copied into a framed one
+                direct.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
+        except _CLIENT_GONE:
+            raise ClientGone from None
+        self._wrote(progress)
+
+    def _wrote(self, progress: bool) -> None:
         self._slack = FRAMING_SLACK
         deadlines = self.deadlines
         if deadlines is not None:

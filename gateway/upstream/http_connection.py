@@ -5,12 +5,18 @@ and its body handed to the actor as the bytes arrive, with flow control (reading
 while more than `HIGH_WATER` bytes are buffered). A response read to its end gives its
 connection back to the pool (upstream/http_client.py); anything else closes it, so an
 abandoned upstream stops generating.
+
+A stream in full flow skips the buffer: the actor may set a `relay`, called from
+`data_received` with each read's body bytes; when it takes them (it relays them to the
+client at once), no future is resolved and no task woken for that read, which is most of
+what a relayed chunk costs in Python. Whatever it does not take (the end of the body, a
+client that cannot take more now) is buffered and read as before, in order.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from typing import cast
 
@@ -49,12 +55,17 @@ class Http1Connection(asyncio.Protocol):
         self._sent = False  # a request is on the wire
         self._head: ResponseHead | None = None
         self._head_error: Exception | None = None
-        self._body: collections.deque[bytes] = collections.deque()
+        # a list, not a deque: a deque's first block is ~600 bytes, held by every stream
+        self._body: list[bytes] = []
         self._buffered = 0
         self._paused = False
         self._eof = False
         self._error: UpstreamError | None = None
         self._waiter: asyncio.Future[None] | None = None
+        # Takes one read's body bytes while the body goes on (True: taken); what it raises
+        # is raised to the reader instead of what the body would have given.
+        self.relay: Callable[[bytes], bool] | None = None
+        self._relay_error: Exception | None = None
 
     # --- asyncio callbacks ---------------------------------------------------------------
 
@@ -76,10 +87,32 @@ class Http1Connection(asyncio.Protocol):
                 self._eof = True
             else:
                 self._head = event  # type: ignore[assignment]
+        relay_wanted = self.relay is not None and not self._eof and self._error is None
+        if relay_wanted and self._body and self._relayed():
+            return
         if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
         self._wake()
+
+    def _relayed(self) -> bool:
+        """Offer what is buffered (this read's bytes, after any the reader has not taken
+        yet: the order holds) to the relay; True when nothing is left to wake the reader for."""
+        assert self.relay is not None
+        body = self._body
+        data = body[0] if len(body) == 1 else b"".join(body)
+        try:
+            if not self.relay(data):
+                return False
+        except Exception as exc:  # the reader raises it, as it would a broken body
+            self._relay_error = exc
+            self.relay = None
+            body.clear()
+            self._buffered = 0
+            return False
+        body.clear()
+        self._buffered = 0
+        return True
 
     def eof_received(self) -> bool | None:
         return None  # close the transport: HTTP/1.1 has no half-closed use here
@@ -136,9 +169,11 @@ class Http1Connection(asyncio.Protocol):
     async def read(self) -> bytes:
         """The body bytes received so far (waiting for some); b"" at the end of the body."""
         while True:
+            if self._relay_error is not None:
+                raise self._relay_error
             if self._body:
                 body = self._body
-                data = body.popleft() if len(body) == 1 else b"".join(body)
+                data = body[0] if len(body) == 1 else b"".join(body)
                 body.clear()
                 self._buffered = 0
                 if self._paused and self.transport is not None:
@@ -189,6 +224,8 @@ class Http1Connection(asyncio.Protocol):
         self._body.clear()
         self._buffered = 0
         self._paused = False
+        self.relay = None
+        self._relay_error = None
 
     def _fail(self, err: UpstreamError) -> None:
         if self._head is None:

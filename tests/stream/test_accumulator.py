@@ -357,3 +357,40 @@ def test_responses_calls_routed_by_item_id(name: str, cuts: list[int]) -> None:
     assert state.finish_reason == "tool_calls"
     assert acc.usage is not None
     assert acc.usage.total_tokens > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    texts=st.lists(st.text(max_size=6), max_size=400),
+    calls=st.lists(st.text(min_size=1, max_size=5), max_size=300),
+)
+def test_long_answers_keep_every_character_in_few_objects(
+    texts: list[str], calls: list[str]
+) -> None:
+    # a long answer's fragments are joined as they come (a stream is held open for minutes):
+    # the answer is the same, and what the accumulator holds grows by one object per 64
+    acc = StreamAccumulator()
+    acc.add(chunk(start(0, "get_user")))
+    for text in texts:
+        acc.add(chunk(content=text))
+    for piece in calls:
+        acc.add(chunk(args(0, piece)))
+    acc.add(chunk(finish="tool_calls"))
+    state = acc.choices[0]
+    fed = [t for t in texts if t]
+    assert "".join(state.content) == "".join(fed)
+    assert len(state.content) <= len(fed) // 64 + 63
+    assert "".join(state.calls[0].arguments) == "".join(calls)
+    assert len(state.calls[0].arguments) <= (len(calls) + 1) // 64 + 63
+    message = acc.message()
+    assert (message.content or "") == "".join(fed)
+    assert message.tool_calls is not UNSET
+    assert message.tool_calls[0].function.arguments == "".join(calls)
+
+
+def test_a_thousand_deltas_are_held_in_fifteen_joined_strings_and_the_rest() -> None:
+    acc = StreamAccumulator()
+    for i in range(1000):
+        acc.add(chunk(content=f"w{i} "))
+    assert len(acc.choices[0].content) == 1000 // 64 + 1000 % 64
+    assert acc.message().content == "".join(f"w{i} " for i in range(1000))

@@ -24,19 +24,26 @@ async def served() -> AsyncIterator[tuple[TestServer, FakeOpenAI]]:
 
 @pytest.fixture
 def writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every ClientStream write before the last ("write"), and the last ("end")."""
+    """Every ClientStream write before the last ("write": through the actor's `write`, or
+    `write_now` from the upstream connection's relay), and the last ("end")."""
     seen: list[str] = []
-    write, end = ClientStream.write, ClientStream.end
+    write, write_now, end = ClientStream.write, ClientStream.write_now, ClientStream.end
 
     async def counted_write(self: ClientStream, data: bytes, *, progress: bool = True) -> None:
-        seen.append("write")
+        if not self.can_write_now(len(data)):
+            seen.append("write")  # a write with room is counted by write_now
         await write(self, data, progress=progress)
+
+    def counted_write_now(self: ClientStream, data: bytes, *, progress: bool = True) -> None:
+        seen.append("write")
+        write_now(self, data, progress=progress)
 
     async def counted_end(self: ClientStream, data: bytes) -> object:
         seen.append("end")
         return await end(self, data)
 
     monkeypatch.setattr(ClientStream, "write", counted_write)
+    monkeypatch.setattr(ClientStream, "write_now", counted_write_now)
     monkeypatch.setattr(ClientStream, "end", counted_end)
     return seen
 
