@@ -36,6 +36,7 @@ import msgspec
 from gateway.config import Config
 from gateway.config import LoggingConfig
 from gateway.config import Secret
+from gateway.config_base import env_proxy_secrets
 
 ACCESS_LOGGER = "gateway.access"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s[{pid}]: %(message)s"
@@ -49,8 +50,8 @@ def configured_secrets(config: Config) -> list[str]:
     """Every secret value in `config` (the ones a log line must never show)."""
     found: list[Secret | str | None] = [config.auth.master_key]
     for provider in config.providers:
-        for key in provider.keys:
-            found += key.secrets()
+        found += provider.secrets()  # its keys' and its proxy's credentials
+    found += env_proxy_secrets(os.environ)
     found += [k.key for k in config.keys]
     found.append(urlsplit(config.store.url).password)
     values = {s.reveal() if isinstance(s, Secret) else s for s in found if s}

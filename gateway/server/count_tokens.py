@@ -140,6 +140,7 @@ class TokenCounting:
         if counting is None:
             raise _unsupported(self._chat.model, attempt)
         timeouts = attempt.provider.timeouts
+        counting.request.egress = attempt.provider.egress  # its proxy and TLS trust
         fetched = fetch_all(
             self._state.pool, attempt.adapter, counting.request, connect_s=timeouts.connect_s
         )

@@ -320,6 +320,7 @@ class EmbeddingsRun:
         self, attempt: Attempt, family: EmbeddingsProvider, call: EmbeddingsCall, part: Part
     ) -> PartResult:
         connect_s = attempt.provider.timeouts.connect_s
+        part.request.egress = attempt.provider.egress  # its proxy and TLS trust
         data, headers = await fetch_all(
             self._state.pool, attempt.adapter, part.request, connect_s=connect_s
         )

@@ -232,16 +232,6 @@ def test_without_the_ca_the_handshake_fails_with_a_clear_error(
     assert "providers[].tls.ca_file or SSL_CERT_FILE" in shown
 
 
-# Needs the four callers that build an upstream request (gateway/stream/actor.py twice,
-# gateway/server/embeddings.py, gateway/server/count_tokens.py) to set
-# `request.egress = attempt.provider.egress` (docs/egress.md, "Status"): until then a
-# provider's own `proxy` and `tls` reach the pool only when a request carries them.
-PROVIDER_SETTINGS_WIRED = pytest.mark.xfail(
-    reason="the callers do not set UpstreamRequest.egress yet", strict=True
-)
-
-
-@PROVIDER_SETTINGS_WIRED
 def test_a_providers_own_proxy_and_ca(
     tmp_path: Path,
     pki: Pki,
@@ -256,7 +246,6 @@ def test_a_providers_own_proxy_and_ca(
     assert proxy.requests() == [f"CONNECT localhost:{tls_upstream.port} HTTP/1.1"]
 
 
-@PROVIDER_SETTINGS_WIRED
 def test_proxy_none_bypasses_the_environments_proxy(
     tmp_path: Path,
     pki: Pki,
