@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from aiohttp import web
@@ -16,6 +18,7 @@ from gateway.observability.metrics import model_names
 from gateway.providers.registry import make_adapter
 from gateway.routing.router import Router
 from gateway.routing.sync import health_sync
+from gateway.server.admin_config import admin_config
 from gateway.server.admin_health import admin_health
 from gateway.server.admin_keys import add_admin_routes
 from gateway.server.chat import chat_completions
@@ -33,18 +36,28 @@ from gateway.server.messages import render_error
 from gateway.server.metrics_route import metrics
 from gateway.server.responses import create_response
 from gateway.server.state import STATE
+from gateway.server.state import ConfigSource
 from gateway.server.state import GatewayState
 from gateway.store.ledger import make_ledger
 
 log = logging.getLogger("gateway")
 
 
-def build_app(config: Config, metrics_dir: Path | None = None) -> web.Application:
+def build_app(
+    config: Config, metrics_dir: Path | None = None, *, source: ConfigSource | None = None
+) -> web.Application:
     """`metrics_dir`: where the workers of a multi-process gateway keep their metric values
-    (gateway/server/runner.py); None: in this process's memory."""
+    (gateway/server/runner.py); None: in this process's memory. `source`: the file `config`
+    was read from (its sha256 and load time, shown by GET /admin/config).
+
+    A reload (gateway/server/reload.py) replaces what is built from the config (the router
+    in `STATE`, the accounting's keys and prices) and keeps the rest: the Application, its
+    routes and middlewares, the concurrency slots, the store, the upstream pool, the
+    metrics."""
     adapters = {p.name: make_adapter(p) for p in config.providers}
     gateway_metrics = GatewayMetrics(models=model_names(config), directory=metrics_dir)
-    state = GatewayState(config, Router(config, adapters, metrics=gateway_metrics))
+    router = Router(config, adapters, metrics=gateway_metrics)
+    state = GatewayState(config, router, source or ConfigSource(None, None, time.time()))
     app = web.Application(
         middlewares=[gateway_middleware(gateway_metrics)],
         client_max_size=config.server.max_body_bytes,
@@ -65,13 +78,20 @@ def build_app(config: Config, metrics_dir: Path | None = None) -> web.Applicatio
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/admin/health", admin_health)
+    app.router.add_get("/admin/config", admin_config)
     add_admin_routes(app)
-    app.cleanup_ctx.append(health_sync(state.router, state.kv, config.store.url))
+    app.cleanup_ctx.append(_health_sync)
     app.cleanup_ctx.append(access_log_flusher)
     app.on_cleanup.append(_close_pool)
     if not config.auth.master_key:
         log.warning("auth.master_key is empty: the gateway is open to anyone who can reach it")
     return app
+
+
+def _health_sync(app: web.Application) -> AsyncIterator[None]:
+    # made at startup, with the router in force then (a worker may reload before it serves)
+    state = app[STATE]
+    return health_sync(state.router, state.kv, state.config.store.url)(app)
 
 
 async def _close_pool(app: web.Application) -> None:

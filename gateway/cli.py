@@ -94,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("\n".join(exc.problems), file=sys.stderr)
             return 2
         return run_keys(args, config, sys.stdout, sys.stderr)
+    from gateway.server.reload import ConfigFile
     from gateway.server.runner import LOG_FORMAT
     from gateway.server.runner import serve
 
@@ -114,6 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         host=args.host or server.host,
         port=server.port if args.port is None else args.port,
         workers=args.workers or server.workers,
+        # what a reload reads (SIGHUP, a changed file), with the same flags applied to it
+        config_file=None
+        if args.config is None
+        else ConfigFile(args.config, host=args.host, port=args.port, workers=args.workers),
     )
 
 

@@ -107,6 +107,14 @@ class Accounting:
         self._hashes: dict[str, str] = {}
         self._targets: dict[tuple[str, str], Target] = {}  # made once per provider and model
 
+    def reconfigure(self, config: Config) -> None:
+        """Serve `config` from now on (a reload, gateway/server/reload.py): its static keys,
+        prices, auth and hold, on the same ledger (spend, budgets and windows carry on:
+        a static key's id is its name). A request admitted before settles at the prices in
+        force when it ends."""
+        self.config = config
+        self.__post_init__()
+
     def target(self, provider: ProviderConfig, model: str) -> Target:
         """The Target of serving upstream `model` on `provider` (one object per pair)."""
         found = self._targets.get((provider.name, model))

@@ -36,6 +36,8 @@ REJECTION_REASONS = (
     *("client_header_timeout", "client_body_timeout", "model_not_priced"),
 )
 
+RELOAD_RESULTS = ("ok", "error")  # gateway_config_reloads_total{result}, made at start at 0
+
 
 def model_names(config: Config) -> frozenset[str]:
     """Every model name a label may carry: the configured models and, for direct addressing,
@@ -202,9 +204,25 @@ class GatewayMetrics:
             "Requests the gateway refused itself before any upstream, by reason",
             ["reason"],
         )
+        self.config_reloads = family(
+            "gateway_config_reloads_total",
+            "counter",
+            "Config reloads tried (SIGHUP or a changed file), by result: ok or error",
+            ["result"],
+        )
         self._series: dict[tuple[str, str, str], RequestSeries] = {}
         for reason in REJECTION_REASONS:
             self.rejections.counter(reason)
+        for result in RELOAD_RESULTS:
+            self.config_reloads.counter(result)
+
+    def serve_models(self, models: frozenset[str]) -> None:
+        """The model names labels may carry from now on (a reloaded config); series of
+        models no longer configured keep what they counted."""
+        self._models = models
+
+    def config_reload_for(self, result: str) -> Counter:
+        return self.config_reloads.counter(result)
 
     def model_label(self, model: str | None) -> str:
         return model if model is not None and model in self._models else OTHER_MODEL

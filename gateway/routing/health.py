@@ -167,6 +167,14 @@ class KeyHealth:
         self.clear = True  # nothing restricts this key: the hot path skips every check
         self._refresh()
 
+    def reconfigure(
+        self, label: str, policy: HealthPolicy, *, rpm: int | None, tpm: int | None
+    ) -> None:
+        """The same key under a reloaded config: its new name, thresholds and limits; what
+        it went through (holds, cooldowns, windows, EWMA, attempts in flight) stays."""
+        self.label, self._policy, self.rpm, self.tpm = label, policy, rpm, tpm
+        self._refresh()
+
     def _refresh(self) -> None:
         self.clear = (
             self.block is None

@@ -9,6 +9,10 @@ target of a priority before the next priority. A plan with nothing healthy in it
 
 The router owns one `KeyHealth` per configured key (keyless providers: one for the
 endpoint), the routing metrics, and the transition events that log and share key health.
+A router built for a reloaded config (`previous=`) takes over the previous one's metrics,
+events and the `KeyHealth` of every key that still exists (same provider name, same
+credentials: `carry_identity`), so cooldowns, circuits, rate windows, latency averages and
+in-flight counts go on; a key whose secret changed is a new key.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from gateway.routing.health import KeyHealth
 from gateway.wire.openai_chat import ModelCard
 from gateway.wire.openai_chat import ModelList
 
-__all__ = ["Attempt", "KeySlot", "Router", "fingerprint", "weighted_order"]
+__all__ = ["Attempt", "KeySlot", "Router", "carry_identity", "fingerprint", "weighted_order"]
 
 
 class Attempt(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,6 +72,15 @@ def fingerprint(key: ProviderKey | None, length: int = 8) -> str:
     return hashlib.sha256(key.identity().encode()).hexdigest()[:length]
 
 
+def carry_identity(provider: str, key: ProviderKey | None) -> str:
+    """What makes a key the same key across a reload: its provider's name and every
+    credential it holds (hashed: the identity is kept in memory only, never shown)."""
+    if key is None:
+        return f"{provider}:-"
+    parts = [key.identity(), *(s.reveal() for s in key.secrets())]
+    return f"{provider}:{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()}"
+
+
 class Router:
     def __init__(
         self,
@@ -75,6 +88,7 @@ class Router:
         adapters: dict[str, ProviderAdapter],
         rng: random.Random | None = None,
         metrics: GatewayMetrics | None = None,
+        previous: Router | None = None,
     ) -> None:
         self._providers = {p.name: p for p in config.providers}
         self._adapters = adapters
@@ -91,22 +105,45 @@ class Router:
         self._strategy = config.routing.strategy
         self._rng = rng or random.Random()
         self._fixed: dict[str, list[Attempt]] = {}
-        self.metrics = metrics or GatewayMetrics(models=frozenset(self._models))
-        self.events = HealthEvents(self.metrics)
+        if previous is not None:
+            metrics = previous.metrics
+        self.metrics: GatewayMetrics = metrics or GatewayMetrics(models=frozenset(self._models))
+        self.events: HealthEvents = (
+            previous.events if previous is not None else HealthEvents(self.metrics)
+        )
         policy = HealthPolicy.of(config.routing)
+        carried: dict[str, list[KeyHealth]] = {}
+        if previous is not None:
+            for name, slots in previous.slots.items():
+                for slot in slots:
+                    identity = carry_identity(name, slot.key)
+                    carried.setdefault(identity, []).append(slot.health)
         self.slots: dict[str, list[KeySlot]] = {}
         for p in config.providers:
             keys: list[ProviderKey | None] = list(p.keys) or [None]
-            self.slots[p.name] = [self._slot(p, key, policy) for key in keys]
+            self.slots[p.name] = [self._slot(p, key, policy, carried) for key in keys]
 
-    def _slot(self, p: ProviderConfig, key: ProviderKey | None, policy: HealthPolicy) -> KeySlot:
+    def _slot(
+        self,
+        p: ProviderConfig,
+        key: ProviderKey | None,
+        policy: HealthPolicy,
+        carried: dict[str, list[KeyHealth]],
+    ) -> KeySlot:
         label = key.name if key is not None and key.name else fingerprint(key)
+        rpm = key.rpm if key is not None else None
+        tpm = key.tpm if key is not None else None
+        same = carried.get(carry_identity(p.name, key))
+        if same:
+            health = same.pop(0)
+            health.reconfigure(label, policy, rpm=rpm, tpm=tpm)
+            return KeySlot(key, health, key.weight if key is not None else 1)
         health = KeyHealth(
             p.name,
             label,
             policy,
-            rpm=key.rpm if key is not None else None,
-            tpm=key.tpm if key is not None else None,
+            rpm=rpm,
+            tpm=tpm,
             store_key=f"health:{p.name}:{fingerprint(key, 16)}",
         )
         health.on_change = self.events

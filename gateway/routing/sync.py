@@ -51,14 +51,20 @@ _decode = msgspec.json.Decoder(SharedHold).decode
 class HealthSync:
     def __init__(self, kv: KeyValueStore, router: Router) -> None:
         self._kv = kv
-        self._entries: list[tuple[KeyHealth, tuple[str, ...]]] = [
+        self._entries: list[tuple[KeyHealth, tuple[str, ...]]] = []
+        self.follow(router)
+        self._writes: set[asyncio.Task[None]] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    def follow(self, router: Router) -> None:
+        """Mirror the keys and models of `router` from the next round on (a reloaded config:
+        gateway/server/reload.py)."""
+        self._entries = [
             (slot.health, tuple(sorted(router.provider_models(provider))))
             for provider, slots in router.slots.items()
             for slot in slots
         ]
-        self._writes: set[asyncio.Task[None]] = set()
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
 
     # --- writing -----------------------------------------------------------------------------
 

@@ -7,6 +7,13 @@ With `--workers N` a parent process starts N workers, each binding the port with
 SO_REUSEPORT so the kernel spreads connections; the parent forwards signals, restarts a
 worker that dies on its own, and exits once every worker has drained.
 
+Reload (gateway/server/reload.py): SIGHUP, or a change of the config file, reloads the
+config in each worker; the supervisor passes SIGHUP on to every worker, and a worker it
+starts later begins with the newest valid file. SIGHUP is blocked from the start of `serve`
+until a worker's handler is in place (workers inherit the mask), so a SIGHUP that arrives
+while a process starts is held, not fatal (its default action), and delivered once it can
+be acted on.
+
 Metrics with N workers: the parent makes a fresh directory before starting any worker; each
 worker keeps its metric values in a file there, and `/metrics` on any worker merges them all
 (gateway/observability/segments.py). When a worker dies the parent marks its file dead (its
@@ -30,8 +37,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
-import msgspec
 from aiohttp import web
 
 from gateway.app import build_app
@@ -43,7 +50,17 @@ from gateway.server.connection import GatewayRunner
 from gateway.server.connection import handler_args
 from gateway.server.limits import SLOTS
 from gateway.server.limits import raise_descriptor_limit
+from gateway.server.reload import ConfigFile
+from gateway.server.reload import Loaded
+from gateway.server.reload import Reloader
+from gateway.server.reload import Signature
+from gateway.server.reload import install_sighup
+from gateway.server.reload import read_config
+from gateway.server.reload import restart_only_changes
+from gateway.server.reload import signature
+from gateway.server.reload import with_overrides
 from gateway.server.state import STATE
+from gateway.server.state import ConfigSource
 
 log = logging.getLogger("gateway.server")
 LAST_REQUESTS_GRACE_S = 5.0
@@ -73,11 +90,26 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     return uvloop.new_event_loop
 
 
-def run_worker(config: Config, sock: socket.socket, metrics_dir: Path | None = None) -> int:
+class Start(NamedTuple):
+    """What a worker starts serving: the config, where it came from, and the file's
+    signature when it was read (None for both without a file)."""
+
+    config: Config
+    source: ConfigSource
+    file: ConfigFile | None = None
+    seen: Signature | None = None
+
+
+def run_worker(config: Config | Start, sock: socket.socket, metrics_dir: Path | None = None) -> int:
     """Serve on `sock` until SIGTERM/SIGINT, then drain; the process's exit code."""
+    start = config if isinstance(config, Start) else Start(config, _no_file())
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(_serve(config, sock, metrics_dir))
+        runner.run(_serve(start, sock, metrics_dir))
     return 0
+
+
+def _no_file() -> ConfigSource:
+    return ConfigSource(None, None, time.time())
 
 
 async def start_site(
@@ -100,9 +132,12 @@ async def start_site(
     return runner, site
 
 
-async def _serve(config: Config, sock: socket.socket, metrics_dir: Path | None) -> None:
+async def _serve(start: Start, sock: socket.socket, metrics_dir: Path | None) -> None:
+    config = start.config
     sock.listen(LISTEN_BACKLOG)
-    app = build_app(config, metrics_dir)
+    app = build_app(config, metrics_dir, source=start.source)
+    reloader = Reloader(app, start.file, start.seen)
+    await reloader.catch_up()  # a worker started after the file changed serves the new one
     runner, site = await start_site(app, config, sock)
     tune_collector()
     host, port = sock.getsockname()[:2]
@@ -116,9 +151,13 @@ async def _serve(config: Config, sock: socket.socket, metrics_dir: Path | None) 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    remove_sighup = install_sighup(reloader)
+    reloader.start()
     try:
         await stop.wait()
-        await _drain(app, site, config.server.shutdown_grace_s)
+        remove_sighup()
+        await reloader.stop()
+        await _drain(app, site, app[STATE].config.server.shutdown_grace_s)
     finally:
         await runner.cleanup()
 
@@ -139,55 +178,100 @@ async def _drain(app: web.Application, site: web.BaseSite, grace_s: float) -> No
     log.info("drained")
 
 
-def _worker_main(config: Config, host: str, port: int, metrics_dir: Path) -> None:
-    configure_logging(config)
-    sys.exit(run_worker(config, bind_socket(host, port, reuse_port=True), metrics_dir))
+def _worker_main(start: Start, host: str, port: int, metrics_dir: Path) -> None:
+    configure_logging(start.config)
+    sys.exit(run_worker(start, bind_socket(host, port, reuse_port=True), metrics_dir))
 
 
 # what the command line logs before the config is read (then `config.logging` applies)
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
 
 
-def serve(config: Config, *, host: str, port: int, workers: int) -> int:
+def serve(
+    config: Config, *, host: str, port: int, workers: int, config_file: ConfigFile | None = None
+) -> int:
+    """Serve `config` (read again from `config_file` when given, so that what is served,
+    its sha256 and the file's signature are of one read) on host:port with `workers`."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # see the module docstring
+    if config_file is not None:
+        first = read_config(config_file)
+        if not isinstance(first, Loaded):  # changed for the worse since it was checked
+            for problem in first.problems:
+                print(problem, file=sys.stderr)
+            return 2
+        start = Start(first.config, first.source, config_file, first.signature)
+    else:
+        overrides = ConfigFile("", host=host, port=port, workers=workers)
+        start = Start(with_overrides(config, overrides), _no_file())
+    config = start.config
     configure_logging(config)
-    if workers != config.server.workers:  # --workers: what each worker's limits count with
-        server = msgspec.structs.replace(config.server, workers=workers)
-        config = msgspec.structs.replace(config, server=server)
+    host, port, workers = config.server.host, config.server.port, config.server.workers
     raise_descriptor_limit()  # before the workers start: they inherit it
     if workers <= 1:
-        return run_worker(config, bind_socket(host, port, reuse_port=False))
+        return run_worker(start, bind_socket(host, port, reuse_port=False))
     # The parent holds the port (bound, never listening) so that port 0 resolves once.
     holder = bind_socket(host, port, reuse_port=True)
     port = holder.getsockname()[1]
     metrics_dir = Path(tempfile.mkdtemp(prefix="gateway-metrics-"))
     try:
-        return _supervise(config, host, port, workers, holder, metrics_dir)
+        return _supervise(start, host, port, workers, holder, metrics_dir)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
+def _newest(start: Start) -> Start:
+    """What a worker started now should serve: the file as it is now when it changed and is
+    valid (the running workers reloaded it), else what the last one started with."""
+    file = start.file
+    if file is None or signature(file.path) == start.seen:
+        return start
+    now = read_config(file)
+    if not isinstance(now, Loaded) or restart_only_changes(start.config, now.config):
+        return start  # the worker's own catch-up reports (and refuses) it
+    return Start(now.config, now.source, file, now.signature)
+
+
 def _supervise(
-    config: Config, host: str, port: int, workers: int, holder: socket.socket, metrics_dir: Path
+    first: Start, host: str, port: int, workers: int, holder: socket.socket, metrics_dir: Path
 ) -> int:
     ctx = multiprocessing.get_context("spawn")
     stopping = False
+    newest = first
 
     def start() -> multiprocessing.process.BaseProcess:
+        nonlocal newest
+        newest = _newest(newest)
         proc = ctx.Process(
-            target=_worker_main, args=(config, host, port, metrics_dir), daemon=False
+            target=_worker_main, args=(newest, host, port, metrics_dir), daemon=False
         )
-        proc.start()
+        # SIGHUP blocked while forking: the worker inherits the mask and unblocks it once
+        # its handler is in place (a SIGHUP meant for the parent waits until after)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+        try:
+            proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
         return proc
 
     def on_signal(signum: int, frame: object) -> None:
         nonlocal stopping
         stopping = True
+        forward(signal.SIGTERM)
+
+    def forward(signum: int) -> None:
         for proc in procs:
             if proc.pid is not None and proc.is_alive():
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGTERM)
+                    os.kill(proc.pid, signum)
 
-    procs = [start() for _ in range(workers)]
+    def on_sighup(signum: int, frame: object) -> None:
+        if not stopping:
+            log.info("SIGHUP: passed on to %d workers", len(procs))
+            forward(signal.SIGHUP)
+
+    procs: list[multiprocessing.process.BaseProcess] = []
+    signal.signal(signal.SIGHUP, on_sighup)
+    procs.extend(start() for _ in range(workers))
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     log.info("supervising %d workers on %s:%d", workers, host, port)
@@ -210,7 +294,7 @@ def _supervise(
                 failed += 1
                 log.error("worker %s exited with %s while stopping", proc.pid, proc.exitcode)
         if stopping and deadline is None:
-            deadline = time.monotonic() + config.server.shutdown_grace_s + 15
+            deadline = time.monotonic() + newest.config.server.shutdown_grace_s + 15
         if deadline is not None and time.monotonic() > deadline:
             for proc in procs:
                 proc.kill()

@@ -1,10 +1,21 @@
-"""What the Application shares with its handlers, under typed AppKeys."""
+"""What the Application shares with its handlers, under typed AppKeys.
+
+The config a worker serves and everything made from it (the router with its plans, key
+health and adapters) are one immutable `Served` value; `GatewayState.served` is the one
+reference a reload (gateway/server/reload.py) replaces. A handler reads `state.config` /
+`state.router` when a request starts and keeps what it planned with (its attempts, its
+actor's settings), so a request in flight finishes on the config it started with while the
+next one sees the new config. The upstream pool, tokens, store and in-flight set belong to
+the process and outlive every reload.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import secrets
+from typing import Literal
+from typing import NamedTuple
 from typing import Protocol
 
 from aiohttp import web
@@ -25,12 +36,40 @@ class InFlight(Protocol):
     def shut_down(self, reason: str) -> None: ...
 
 
-class GatewayState:
-    """The running gateway: its config, router, upstream pool and the requests in flight."""
+class ConfigSource(NamedTuple):
+    """Where the config in force came from: its file (None: the built-in default), the
+    sha256 of the file's bytes, and when it was loaded (unix seconds)."""
 
-    def __init__(self, config: Config, router: Router) -> None:
-        self.config = config
-        self.router = router
+    path: str | None
+    sha256: str | None
+    loaded_at: float
+
+
+class ReloadReport(NamedTuple):
+    """The last reload's outcome: when, ok or error, and every problem (none when ok)."""
+
+    at: float
+    result: Literal["ok", "error"]
+    trigger: str  # "SIGHUP", "file" (the watcher saw it change) or "start"
+    problems: tuple[str, ...]
+    sha256: str | None  # of the file that was tried (None: it could not be read)
+
+
+class Served(NamedTuple):
+    """The config in force and what was built from it: replaced whole by a reload."""
+
+    config: Config
+    router: Router
+    source: ConfigSource
+
+
+class GatewayState:
+    """The running gateway: what it serves (`served`), its upstream pool and the requests
+    in flight."""
+
+    def __init__(self, config: Config, router: Router, source: ConfigSource | None = None) -> None:
+        self.served = Served(config, router, source or ConfigSource(None, None, 0.0))
+        self.last_reload: ReloadReport | None = None
         self.pool = HttpPool()
         self.tokens = AccessTokens()
         self.kv: KeyValueStore = make_kv(config.store.url)
@@ -42,6 +81,14 @@ class GatewayState:
         # and replicas without a syscall per request.
         self._id_prefix = secrets.token_hex(6)
         self._ids = itertools.count(1)
+
+    @property
+    def config(self) -> Config:
+        return self.served.config
+
+    @property
+    def router(self) -> Router:
+        return self.served.router
 
     def attempt_runner(
         self, plan: list[Attempt], model: str, *, refusals: bool = False
