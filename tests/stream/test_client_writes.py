@@ -91,3 +91,23 @@ async def test_events_that_arrive_apart_are_written_as_they_come(
     assert first_at < 0.5, first_at
     assert len(lines) == 3
     assert writes[:3] == ["write", "write", "write"]
+
+
+async def test_reads_in_full_flow_are_relayed_from_the_connection(
+    served: tuple[TestServer, FakeOpenAI], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # once the head is out, a read the client's transport has room for is written from the
+    # upstream connection's callback (stream/relay.py), not by waking the actor's task
+    from gateway.stream.relay import Relay
+
+    taken: list[bool] = []
+    call = Relay.__call__
+
+    def counted(self: Relay, data: bytes) -> bool:
+        taken.append(call(self, data))
+        return taken[-1]
+
+    monkeypatch.setattr(Relay, "__call__", counted)
+    lines, _ = await _stream(served[0], "up/slow", most=6)  # one event every 50 ms
+    assert len(lines) == 6
+    assert sum(taken) >= 3, taken
