@@ -36,7 +36,7 @@ KNOWN_FIELDS = {
     "configMapGenerator",
     "secretGenerator",
 }
-GENERATOR_FIELDS = {"name", "files", "envs", "literals", "type"}
+GENERATOR_FIELDS = {"name", "files", "envs", "literals", "type", "options"}
 IMAGE_FIELDS = {"name", "newName", "newTag", "digest"}
 CLUSTER_SCOPED = {
     "Namespace",
@@ -121,7 +121,11 @@ def _generate(kind: str, gen: Obj, directory: Path, generated: dict[tuple[str, s
         obj["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
     else:
         obj["data"] = data
-    hashed = f"{name}-{content_hash(obj)}"
+    options = gen.get("options", {})
+    if set(options) - {"disableNameSuffixHash"}:
+        raise UnsupportedKustomization(f"{kind} generator: unsupported options {sorted(options)}")
+    # disableNameSuffixHash: a stable name, so an edit updates the object in place
+    hashed = name if options.get("disableNameSuffixHash") else f"{name}-{content_hash(obj)}"
     obj["metadata"]["name"] = hashed
     generated[(kind, name)] = hashed
     return obj

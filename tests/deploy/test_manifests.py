@@ -39,8 +39,13 @@ def one(objects: list[Obj], kind: str, name: str) -> Obj:
 
 
 def generated(objects: list[Obj], kind: str, name: str) -> Obj:
-    """A generated ConfigMap or Secret: its name is `name` plus a content-hash suffix."""
-    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"][:-11] == name]
+    """A generated ConfigMap or Secret: its name is `name` plus a content-hash suffix, or
+    `name` itself (the config's ConfigMap: edited in place, reloaded by running pods)."""
+    found = [
+        o
+        for o in objects
+        if o["kind"] == kind and name in (o["metadata"]["name"], o["metadata"]["name"][:-11])
+    ]
     assert len(found) == 1, f"{kind} {name}-<hash>: {len(found)} found"
     return found[0]
 
@@ -289,6 +294,10 @@ def test_the_pod_gets_its_config_secrets_and_store(objects: list[Obj]) -> None:
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     config_volume = volumes[mounts["/etc/gateway"]["name"]]
     assert config_volume["configMap"]["name"] == config_map["metadata"]["name"]
+    # reloaded without a rollout: a stable ConfigMap name (an edit is not a new pod spec),
+    # mounted as a directory (a subPath mount never sees an update)
+    assert config_map["metadata"]["name"] == "gateway-config"
+    assert "subPath" not in mounts["/etc/gateway"]
     args = container["args"]
     assert args[args.index("--config") + 1] == "/etc/gateway/config.yaml"
     assert args[args.index("--host") + 1] == "0.0.0.0"  # reachable from the Service
