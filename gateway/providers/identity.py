@@ -96,11 +96,7 @@ class EntraIdentity(TokenSource, frozen=True, kw_only=True):
 def configured_proxy(provider: ProviderBase) -> str | None:
     """The provider's `proxy` setting as gateway/upstream/egress.py takes it (None: the
     environment decides; `none`: direct)."""
-    value = getattr(provider, "proxy", None)  # ProviderBase.proxy: with egress support
-    if value is None:
-        return None
-    reveal = getattr(value, "reveal", None)
-    return str(reveal() if callable(reveal) else value)
+    return provider.proxy
 
 
 def identity_problems(
