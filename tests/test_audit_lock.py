@@ -94,3 +94,20 @@ def test_what_pip_audit_found_fails(lock: str, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(audit_lock, "pip_audit", lambda _: report)
     (finding,) = audit_lock.audit(lock)
     assert (finding.name, finding.problem) == ("aiohttp", "GHSA-y: fixed in ['3.14.6']")
+
+
+def test_a_held_back_pin_is_reported_and_not_failed(
+    lock: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a pin a dependant caps below the newest release cannot be looked up here: it is said
+    # on every run, and only a pin listed in HELD_BACK gets that; any other still fails
+    report = {"dependencies": [skipped("python-dateutil", "2.9.0.post0")]}
+    monkeypatch.setattr(audit_lock, "pip_audit", lambda _: report)
+    monkeypatch.setattr(audit_lock, "project_record", lambda _: record("4.0.0"))
+    assert audit_lock.audit(lock) == []
+    said = capsys.readouterr().err
+    assert "audit: python-dateutil==" in said
+    assert "not audited here (newest 4.0.0): held back, botocore" in said
+    monkeypatch.setattr(audit_lock, "HELD_BACK", {})
+    (finding,) = audit_lock.audit(lock)
+    assert finding.problem.startswith("not audited: only the newest release (4.0.0)")

@@ -227,6 +227,10 @@ def test_make_lock_and_make_lint() -> None:
     docs = (ROOT / "docs/supply-chain.md").read_text()
     for ignored in re.findall(r"--ignore-vuln[ =](\S+)", audit + tool):
         assert ignored in docs, f"{ignored} is ignored by make lint but not in the docs"
+    from tools.audit_lock import HELD_BACK
+
+    for held in HELD_BACK:
+        assert f"`{held}`" in docs, f"{held} is held back but not in docs/supply-chain.md"
 
 
 def test_the_dockerfile_installs_the_runtime_from_the_lock() -> None:

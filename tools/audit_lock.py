@@ -24,6 +24,15 @@ from typing import Any
 PROJECT_JSON = "https://pypi.org/pypi/{name}/json"
 TIMEOUT_S = 20.0
 
+# Pins that cannot move to their package's newest release because a dependant caps them,
+# with the cap. Where only the per-project record answers, such a pin cannot be looked up:
+# it is reported on every run (not silently passed) and does not fail the audit, provided
+# docs/supply-chain.md lists it with its reason (tests/test_lock.py checks that). An entry
+# ends when the dependant lifts its cap (make lock then moves the pin).
+HELD_BACK = {
+    "python-dateutil": "botocore (the AWS identities) requires python-dateutil<3.0.0",
+}
+
 
 @dataclass
 class Finding:
@@ -73,6 +82,13 @@ def from_project_record(name: str, version: str) -> list[Finding]:
     except OSError as exc:
         return [Finding(name, version, f"not audited: PyPI did not answer ({exc})")]
     latest = record.get("info", {}).get("version")
+    if latest != version and name in HELD_BACK:
+        print(
+            f"audit: {name}=={version}: not audited here (newest {latest}): held back, "
+            f"{HELD_BACK[name]}; audit it where PyPI's per-release API answers",
+            file=sys.stderr,
+        )
+        return []
     if latest != version:
         return [
             Finding(
