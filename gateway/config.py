@@ -30,6 +30,9 @@ from gateway.config_base import ProviderKey as ProviderKey
 from gateway.config_base import Secret as Secret
 from gateway.config_base import Timeouts as Timeouts
 from gateway.config_base import effective_base_url as effective_base_url
+from gateway.config_observe import RequestLogConfig
+from gateway.config_observe import TracingConfig
+from gateway.config_observe import observe_problems
 from gateway.providers.registry import ProviderConfig as ProviderConfig
 from gateway.providers.registry import default_providers
 
@@ -158,6 +161,8 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     providers: list[ProviderConfig] = []
     models: list[ModelConfig] = []
     keys: list[VirtualKeyConfig] = []
+    request_log: RequestLogConfig | None = None  # None: no request log
+    tracing: TracingConfig | None = None  # None: no traces
 
 
 class ConfigError(Exception):
@@ -208,6 +213,9 @@ def parse_config(text: str, env: Mapping[str, str], source: str = "<config>") ->
                 model_names=_raw_names(tree.value, "models"),
             )
             if not any(_related(path, other) for other in reported)
+        )
+        problems.extend(
+            observe_problems(config.request_log, config.tracing, config.store.url, env)
         )
     if problems or not isinstance(config, Config):
         ordered = config_parse.in_file_order(problems, tree.positions)

@@ -27,6 +27,7 @@ OVERHEAD_BUCKETS = (
     *(5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4),
     *(1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2),
 )
+LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 TOKEN_KINDS = ("input", "output", "cached")
 # every `reason` of gateway_rejections_total: made at start (at 0), so that a dashboard's
 # rate() of a reason that has not happened yet is 0 rather than no data
@@ -210,11 +211,44 @@ class GatewayMetrics:
             "Config reloads tried (SIGHUP or a changed file), by result: ok or error",
             ["result"],
         )
+        self.request_log_written = family(
+            "gateway_request_log_written_total",
+            "counter",
+            "Request-log records written to the sink",
+            [],
+        )
+        self.request_log_dropped = family(
+            "gateway_request_log_dropped_total",
+            "counter",
+            "Request-log records dropped: the queue was full, or shutdown came first",
+            [],
+        )
+        self.request_log_errors = family(
+            "gateway_request_log_write_errors_total",
+            "counter",
+            "Batch writes to the request-log sink that failed (each is tried again)",
+            [],
+        )
+        self.request_log_queue = family(
+            "gateway_request_log_queue",
+            "gauge",
+            "Request-log records waiting for the sink (summed over live workers)",
+            [],
+        )
+        self.request_log_lag = family(
+            "gateway_request_log_lag_seconds",
+            "histogram",
+            "From a request's end to its record being written",
+            [],
+            LAG_BUCKETS,
+        )
         self._series: dict[tuple[str, str, str], RequestSeries] = {}
         for reason in REJECTION_REASONS:
             self.rejections.counter(reason)
         for result in RELOAD_RESULTS:
             self.config_reloads.counter(result)
+        for made in (self.request_log_written, self.request_log_dropped, self.request_log_errors):
+            made.counter()
 
     def serve_models(self, models: frozenset[str]) -> None:
         """The model names labels may carry from now on (a reloaded config); series of

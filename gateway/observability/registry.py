@@ -53,6 +53,9 @@ class Gauge(Counter):
     def dec(self, amount: float = 1.0) -> None:
         self._segment.doubles[self._at] -= amount
 
+    def set(self, value: float) -> None:
+        self._segment.doubles[self._at] = value
+
 
 class Histogram:
     """Slots: one per bucket (not cumulative; the last is +Inf), then the sum."""

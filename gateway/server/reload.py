@@ -78,6 +78,8 @@ RESTART_ONLY = (
     "server.limits.max_concurrent_streams",
     "server.limits.max_concurrent_streams_per_key",
     "store.url",
+    "request_log",  # the log's writer and its sink are set up with the process
+    "tracing",  # so is the tracer and its exporter
 )
 
 Signature = tuple[int, int, int, int]  # st_dev, st_ino, st_mtime_ns, st_size

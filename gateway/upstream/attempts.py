@@ -39,6 +39,7 @@ from gateway.errors import ClientError
 from gateway.errors import GatewayError
 from gateway.errors import NoUpstreamAvailable
 from gateway.errors import UpstreamError
+from gateway.observability.request_entry import AttemptEntry
 from gateway.providers.base import Credential
 from gateway.providers.base import NativeRequest
 from gateway.providers.base import TokenSource
@@ -51,6 +52,7 @@ from gateway.upstream.alarm import Alarm
 from gateway.upstream.credentials import AccessTokens
 from gateway.upstream.http_client import HttpPool
 from gateway.upstream.outcome import count_move
+from gateway.upstream.outcome import error_kind
 from gateway.upstream.outcome import final_error
 from gateway.upstream.outcome import report_failure
 from gateway.upstream.outcome import report_success
@@ -69,6 +71,30 @@ class Ended(msgspec.Struct, frozen=True, gc=False):
     released: bool = False  # the client left (or shutdown): says nothing about the key
     first_byte_at: float = 0.0  # loop time of the first upstream byte (0: none)
     usage: Usage | None = None  # what the key served, for its token rate
+
+
+class AttemptTracer(Protocol):
+    """A request's trace, told of each attempt (gateway/observability/tracing.py)."""
+
+    def attempt_started(self, attempt: Attempt) -> str | None:
+        """The attempt's span begins; the `traceparent` its upstream request carries."""
+        ...
+
+    def attempt_ended(self, status: int | None, error: str | None) -> None: ...
+
+
+def key_label(attempt: Attempt) -> str:
+    """How the request log names an attempt's key: its name, else `#N` (its index)."""
+    key = attempt.key
+    if key is None:
+        return "-"
+    name = getattr(key, "name", None)
+    if name:
+        return str(name)
+    for index, other in enumerate(attempt.provider.keys):
+        if other is key:
+            return f"#{index}"
+    return "#?"
 
 
 class Step(Protocol[T_co]):
@@ -98,6 +124,7 @@ class AttemptRunner:
         "attempt",
         "attempts",
         "deadline",
+        "journal",
         "loop",
         "model",
         "plan",
@@ -106,6 +133,8 @@ class AttemptRunner:
         "started",
         "token",
         "tokens",
+        "traceparent",
+        "tracer",
     )
 
     def __init__(
@@ -117,6 +146,8 @@ class AttemptRunner:
         pool: HttpPool,
         tokens: AccessTokens,
         refusals: bool = False,
+        journal: list[AttemptEntry] | None = None,
+        tracer: AttemptTracer | None = None,
     ) -> None:
         self.plan = plan
         self.model = model  # the client's model name (the failover metric's label)
@@ -132,6 +163,11 @@ class AttemptRunner:
         self.attempt: Attempt | None = None  # the current (at the end: the last) attempt
         self.token: Credential | None = None  # the current attempt's fetched credential
         self.started = 0.0  # loop time the current attempt began
+        # What the request log and traces learn of each attempt; None (the default): nothing
+        # is recorded, and an attempt costs no more than without them.
+        self.journal = journal
+        self.tracer = tracer
+        self.traceparent: str | None = None  # the current attempt's, for its upstream request
 
     def call(
         self,
@@ -229,6 +265,8 @@ class AttemptRunner:
             previous = attempt
             self.attempts += 1
             self.attempt, self.token, self.started = attempt, None, started
+            if self.tracer is not None:
+                self.traceparent = self.tracer.attempt_started(attempt)
             try:
                 source = step.token_source(attempt)
                 if source is not None:
@@ -236,20 +274,29 @@ class AttemptRunner:
                 result = await step.send(attempt)
             except UpstreamError as err:
                 report_failure(attempt, ticket, self.hide(err))
+                if self.journal is not None or self.tracer is not None:
+                    self._noted(attempt, err.upstream_status, error_kind(err))
                 errors.append(err)
                 if not err.retryable:
                     break
                 continue
             except ClientError as err:
                 health.released(ticket)
+                if self.journal is not None or self.tracer is not None:
+                    self._noted(attempt, err.status, err.code or "refused")
                 if not self.refusals:
                     raise
                 refused = refused or err  # this target cannot take the request: the next may
                 continue
             except BaseException:
                 health.released(ticket)
+                if self.journal is not None or self.tracer is not None:
+                    self._noted(attempt, None, "cancelled")
                 raise
-            self._report(attempt, ticket, step.ended())
+            ended = step.ended()
+            self._report(attempt, ticket, ended)
+            if self.journal is not None or self.tracer is not None:
+                self._noted_end(attempt, ended)
             return result
         if errors:
             raise final_error(errors)
@@ -258,6 +305,33 @@ class AttemptRunner:
         if skipped:
             raise unavailable(self.model, skipped)
         raise NoUpstreamAvailable("no upstream target could be tried for this model")
+
+    def _noted_end(self, attempt: Attempt, ended: Ended) -> None:
+        failure = ended.failure
+        if failure is not None:
+            self._noted(attempt, failure.upstream_status, error_kind(failure))
+        elif ended.released:
+            self._noted(attempt, None, "client_closed")
+        else:
+            self._noted(attempt, 200, None)  # the upstream answered with a success
+
+    def _noted(self, attempt: Attempt, status: int | None, error: str | None) -> None:
+        """The attempt's end, told to the journal and the tracer."""
+        seconds = self.loop.time() - self.started
+        if self.journal is not None:
+            self.journal.append(
+                AttemptEntry(
+                    provider=attempt.provider.name,
+                    key=key_label(attempt),
+                    model=attempt.model,
+                    started=time.time() - seconds,
+                    seconds=round(seconds, 6),
+                    status=status,
+                    error=error,
+                )
+            )
+        if self.tracer is not None:
+            self.tracer.attempt_ended(status, error)
 
     def _report(self, attempt: Attempt, ticket: int, ended: Ended) -> None:
         if ended.failure is not None:
