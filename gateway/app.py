@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +16,10 @@ from gateway.config import Config
 from gateway.observability.access import access_log_flusher
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.metrics import model_names
+from gateway.observability.request_log import REQUEST_LOG
+from gateway.observability.request_log import RequestLog
+from gateway.observability.request_log import make_sink
+from gateway.observability.request_log import request_log_context
 from gateway.providers.registry import make_adapter
 from gateway.routing.router import Router
 from gateway.routing.sync import health_sync
@@ -34,6 +39,8 @@ from gateway.server.limits import StreamSlots
 from gateway.server.messages import messages
 from gateway.server.messages import render_error
 from gateway.server.metrics_route import metrics
+from gateway.server.observers import OBSERVERS
+from gateway.server.observers import Observers
 from gateway.server.responses import create_response
 from gateway.server.state import STATE
 from gateway.server.state import ConfigSource
@@ -58,8 +65,9 @@ def build_app(
     gateway_metrics = GatewayMetrics(models=model_names(config), directory=metrics_dir)
     router = Router(config, adapters, metrics=gateway_metrics)
     state = GatewayState(config, router, source or ConfigSource(None, None, time.time()))
+    observers = _observers(config, gateway_metrics)
     app = web.Application(
-        middlewares=[gateway_middleware(gateway_metrics)],
+        middlewares=[gateway_middleware(gateway_metrics, observers)],
         client_max_size=config.server.max_body_bytes,
         handler_args={"access_log": None},
     )
@@ -82,10 +90,38 @@ def build_app(
     add_admin_routes(app)
     app.cleanup_ctx.append(_health_sync)
     app.cleanup_ctx.append(access_log_flusher)
+    if observers is not None:
+        app[OBSERVERS] = observers
+        if observers.request_log is not None:
+            app[REQUEST_LOG] = observers.request_log
+            app.cleanup_ctx.append(request_log_context)
+        if observers.tracing is not None:
+            app.on_cleanup.append(_stop_tracing)
     app.on_cleanup.append(_close_pool)
     if not config.auth.master_key:
         log.warning("auth.master_key is empty: the gateway is open to anyone who can reach it")
     return app
+
+
+def _observers(config: Config, metrics: GatewayMetrics) -> Observers | None:
+    """The request log and the tracer, when configured (None: neither)."""
+    request_log = tracing = None
+    if config.request_log is not None:
+        sink = make_sink(config.request_log, config.store.url)
+        request_log = RequestLog(config.request_log, sink, metrics)
+    if config.tracing is not None:
+        from gateway.observability.tracing import Tracing
+
+        tracing = Tracing.from_config(config.tracing, os.environ)
+    if request_log is None and tracing is None:
+        return None
+    return Observers(config, request_log, tracing)
+
+
+async def _stop_tracing(app: web.Application) -> None:
+    tracing = app[OBSERVERS].tracing
+    if tracing is not None:
+        tracing.shutdown(app[STATE].config.server.shutdown_grace_s)
 
 
 def _health_sync(app: web.Application) -> AsyncIterator[None]:

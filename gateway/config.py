@@ -214,9 +214,7 @@ def parse_config(text: str, env: Mapping[str, str], source: str = "<config>") ->
             )
             if not any(_related(path, other) for other in reported)
         )
-        problems.extend(
-            observe_problems(config.request_log, config.tracing, config.store.url, env)
-        )
+        problems.extend(observe_problems(config.request_log, config.tracing, config.store.url, env))
     if problems or not isinstance(config, Config):
         ordered = config_parse.in_file_order(problems, tree.positions)
         raise ConfigError([config_parse.format_problem(p, source) for p in ordered], source)

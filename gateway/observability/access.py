@@ -20,6 +20,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import msgspec
 from aiohttp import web
@@ -35,6 +36,11 @@ from gateway.observability.logs import log_access_line
 from gateway.observability.metrics import NO_PROVIDER
 from gateway.observability.metrics import OTHER_ROUTE
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.request_entry import AttemptEntry
+
+if TYPE_CHECKING:
+    from gateway.stream.accumulator import StreamAccumulator
+    from gateway.upstream.attempts import AttemptTracer
 
 UNOBSERVED = frozenset({"/metrics", "/healthz", "/readyz"})
 CLIENT_CLOSED = 499  # nginx's word for a client that left before its answer
@@ -67,17 +73,25 @@ class RequestRecord:
         "cached_tokens",
         "cost_usd",
         "error",
+        "error_message",
         "failed_status",
+        "finish_reason",
         "first_token_at",
         "input_tokens",
+        "journal",
         "key",
+        "key_id",
         "model",
         "output_tokens",
         "overhead_s",
         "provider",
+        "reasoning_tokens",
         "received",
+        "request_body",
+        "response_body",
         "route",
         "stream",
+        "trace",
         "upstream_model",
     )
 
@@ -99,6 +113,17 @@ class RequestRecord:
         self.error: str | None = None  # the error's code (or type) when it failed
         # a stream that failed after its commit point: the status its error would have had
         self.failed_status: int | None = None
+        # Set only when the request log or tracing is on (gateway/server/errors.py): every
+        # attempt's end, and the request's trace; what else only the request log keeps.
+        self.journal: list[AttemptEntry] | None = None
+        self.trace: AttemptTracer | None = None
+        self.key_id: str | None = None
+        self.finish_reason: str | None = None
+        self.reasoning_tokens: int | None = None
+        self.error_message: str | None = None
+        self.request_body: bytes | None = None  # the client's body (request_log.bodies)
+        # the answer's body, or (a stream) the accumulator it is made from when needed
+        self.response_body: bytes | StreamAccumulator | None = None
 
 
 RECORD = web.RequestKey("request_record", RequestRecord)
@@ -157,6 +182,7 @@ def observe_failure(metrics: GatewayMetrics, record: RequestRecord, exc: BaseExc
     access line give it (499 when the client left first)."""
     if isinstance(exc, GatewayError):
         record.error = exc.code or exc.type
+        record.error_message = exc.message
         reason = rejection_reason(exc)
         if reason is not None:
             metrics.rejection_for(reason).inc()
@@ -180,10 +206,13 @@ def finish(
     status: int,
     request_id: str | None,
     method: str,
-) -> None:
+) -> tuple[float, float | None]:
+    """Count the ended request and write its access line; its duration and time to first
+    token."""
     duration, ttft = count_request(metrics, record, status)
     if access_log.isEnabledFor(logging.INFO):
         log_access_line(access_line(record, status, request_id, method, duration, ttft))
+    return duration, ttft
 
 
 def access_line(

@@ -30,6 +30,8 @@ from aiohttp import web
 from gateway.config_observe import STORE_SINK
 from gateway.config_observe import RequestLogConfig
 from gateway.config_observe import is_postgres_sink
+from gateway.observability.access import RequestRecord
+from gateway.observability.logs import redact
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.request_entry import RequestEntry
 from gateway.observability.request_entry import RequestLogSink
@@ -204,6 +206,61 @@ class RequestLog:
 
 
 REQUEST_LOG = web.AppKey("request_log", RequestLog)
+# Paths whose requests are not logged: the log's own readers and the operator's pages
+UNLOGGED_PREFIXES = ("/admin", "/ui")
+
+
+def entry_of(
+    record: RequestRecord,
+    *,
+    log_id: str,
+    client_request_id: str | None,
+    method: str,
+    status: int,
+    duration: float,
+    ttft: float | None,
+    bodies: str,
+    secrets: list[str],
+) -> RequestEntry:
+    """The record of one ended request (its bodies per `bodies`, `secrets` cut)."""
+    overhead = record.overhead_s
+    request_body = response_body = None
+    if bodies != "off":
+        from gateway.observability.request_bodies import body_for_log
+
+        request_body = body_for_log(record.request_body, bodies, secrets)
+        response_body = body_for_log(record.response_body, bodies, secrets)
+    message = record.error_message
+    if message is not None and secrets:
+        message = redact(message, secrets)
+    return RequestEntry(
+        id=log_id,
+        time=time.time() - duration,
+        route=record.route,
+        method=method,
+        status=record.failed_status or status,
+        duration_s=round(duration, 6),
+        client_request_id=client_request_id,
+        key_name=record.key,
+        key_id=record.key_id,
+        model=record.model,
+        provider=record.provider,
+        upstream_model=record.upstream_model,
+        stream=record.stream,
+        attempts=record.journal or [],
+        finish_reason=record.finish_reason,
+        input_tokens=record.input_tokens,
+        output_tokens=record.output_tokens,
+        cached_tokens=record.cached_tokens,
+        reasoning_tokens=record.reasoning_tokens,
+        cost_usd=record.cost_usd,
+        ttft_s=None if ttft is None else round(ttft, 6),
+        overhead_s=None if overhead is None else round(overhead, 6),
+        error=record.error,
+        error_message=message,
+        request_body=request_body,
+        response_body=response_body,
+    )
 
 
 async def request_log_context(app: web.Application) -> AsyncIterator[None]:

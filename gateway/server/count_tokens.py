@@ -24,6 +24,8 @@ from gateway.errors import NoUpstreamAvailable
 from gateway.errors import UpstreamTimeout
 from gateway.inbound.client_urls import check_request as check_client_urls
 from gateway.inbound.messages_request import translate_request
+from gateway.observability.access import RECORD
+from gateway.observability.access import RequestRecord
 from gateway.providers.base import NativeRequest
 from gateway.providers.base import TokenSource
 from gateway.providers.base import UpstreamCall
@@ -68,7 +70,7 @@ async def count_tokens(request: web.Request) -> web.Response:
     first = plan[0]
     check_client_urls([], NativeRequest(api=NATIVE_API, body=raw), plan[:1])
     chat, body = translate_request(params, count_only=True)
-    counting = TokenCounting(state, request[REQUEST_ID], chat, body, plan)
+    counting = TokenCounting(state, request[REQUEST_ID], chat, body, plan, request.get(RECORD))
     if first.adapter.count_tokens(counting.call(first)) is None:
         raise _unsupported(params.model, first)
     slots = app[SLOTS]
@@ -102,6 +104,7 @@ class TokenCounting:
         chat: ChatRequest,
         body: dict[str, Any],
         plan: list[Attempt],
+        record: RequestRecord | None = None,
     ) -> None:
         first = plan[0]
         same = [
@@ -113,7 +116,12 @@ class TokenCounting:
         self._body = body
         running = asyncio.get_running_loop()
         self._loop = running
-        self.runner = state.attempt_runner(same, chat.model)
+        self.runner = state.attempt_runner(
+            same,
+            chat.model,
+            journal=record.journal if record is not None else None,
+            tracer=record.trace if record is not None else None,
+        )
         self._answered_at = 0.0
 
     def call(self, attempt: Attempt) -> UpstreamCall:

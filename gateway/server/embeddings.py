@@ -40,6 +40,7 @@ from gateway.errors import NoUpstreamAvailable
 from gateway.errors import UpstreamError
 from gateway.errors import UpstreamTimeout
 from gateway.observability.access import RECORD
+from gateway.observability.access import RequestRecord
 from gateway.providers.base import TokenSource
 from gateway.providers.embeddings import EmbeddingsCall
 from gateway.providers.embeddings import EmbeddingsProvider
@@ -119,6 +120,7 @@ async def embeddings(request: web.Request) -> web.Response:
         dimensions=dimensions_of(parsed),
         base64=wants_base64(parsed),
         model=parsed.model,
+        record=request.get(RECORD),
     )
     slots = request.app[SLOTS]
     slot = slots.take(principal)  # an embeddings call holds the operator's key like a chat
@@ -148,7 +150,7 @@ async def _serve(
         request_id=request[REQUEST_ID],
     )
     if record is not None and ticket.key is not None:
-        record.key = ticket.key.name
+        record.key, record.key_id = ticket.key.name, ticket.key.id
     state.enter(run)
     started = perf_counter()
     try:
@@ -201,8 +203,10 @@ class EmbeddingsRun:
         dimensions: int | None,
         base64: bool,
         model: str,
+        record: RequestRecord | None = None,
     ) -> None:
         self._state = state
+        self._record = record  # its journal and trace see the attempts
         self._request_id = request_id
         self._request = (inputs, body, dimensions)  # what every attempt's call carries
         self._base64, self._model = base64, model
@@ -236,8 +240,13 @@ class EmbeddingsRun:
     async def serve(self) -> web.Response:
         state = self._state
         # refusals: a target that cannot take the input moves on to the next one
+        record = self._record
         self.runner = runner = state.attempt_runner(
-            state.router.plan(self._model), self._model, refusals=True
+            state.router.plan(self._model),
+            self._model,
+            refusals=True,
+            journal=record.journal if record is not None else None,
+            tracer=record.trace if record is not None else None,
         )
         return await runner.run(self)
 

@@ -38,6 +38,8 @@ from gateway.observability.access import finish
 from gateway.observability.access import observe_failure
 from gateway.observability.access import route_of
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.request_log import UNLOGGED_PREFIXES
+from gateway.server.observers import Observers
 from gateway.server.state import REQUEST_ID
 from gateway.server.state import STATE
 from gateway.store.kv import StoreError
@@ -99,8 +101,15 @@ def _from_http_exception(exc: web.HTTPException, request: web.Request) -> Gatewa
     return err
 
 
-def gateway_middleware(metrics: GatewayMetrics) -> Middleware:
-    """The application's middleware (see the module docstring)."""
+def gateway_middleware(metrics: GatewayMetrics, observers: Observers | None = None) -> Middleware:
+    """The application's middleware (see the module docstring). `observers`: the request log
+    and tracing, when either is configured (None: neither runs per request)."""
+
+    def ended(request: web.Request, record: RequestRecord, status: int) -> None:
+        request_id = request[REQUEST_ID]
+        duration, ttft = finish(metrics, record, status, request_id, request.method)
+        if record.journal is not None and observers is not None:
+            observers.ended(request, record, status, duration, ttft)
 
     @web.middleware
     async def serve(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -110,6 +119,12 @@ def gateway_middleware(metrics: GatewayMetrics) -> Middleware:
         record: RequestRecord | None = None
         if route not in UNOBSERVED:
             record = request[RECORD] = RequestRecord(perf_counter(), route)
+            if observers is not None and not route.startswith(UNLOGGED_PREFIXES):
+                record.journal = []
+                if observers.tracing is not None:
+                    record.trace = observers.tracing.start_request(
+                        request.headers, route, request.method
+                    )
         try:
             response = await handler(request)
         except Exception as exc:
@@ -120,22 +135,16 @@ def gateway_middleware(metrics: GatewayMetrics) -> Middleware:
                     # a store error (503) or a bug (500): counted as what the client got
                     status = rendered.status
                     record.error = "store_unavailable" if status == 503 else "internal_error"
-                finish(metrics, record, status, request_id, request.method)
+                ended(request, record, status)
             if rendered is None:
                 raise
             return rendered
         except BaseException as exc:  # the client left (CancelledError), or the process ends
             if record is not None:
-                finish(
-                    metrics,
-                    record,
-                    observe_failure(metrics, record, exc),
-                    request_id,
-                    request.method,
-                )
+                ended(request, record, observe_failure(metrics, record, exc))
             raise
         if record is not None:
-            finish(metrics, record, response.status, request_id, request.method)
+            ended(request, record, response.status)
         if not response.prepared:
             response.headers["x-request-id"] = request_id
         return response

@@ -47,6 +47,7 @@ from gateway.routing.router import Attempt
 from gateway.server.auth import PRINCIPAL
 from gateway.server.limits import SLOTS
 from gateway.server.limits import check_chat
+from gateway.server.observers import observed_answer
 from gateway.server.request_body import RAW_BODY
 from gateway.server.request_body import body_bytes
 from gateway.server.state import REQUEST_ID
@@ -58,6 +59,7 @@ from gateway.stream.outbound import Outbound
 from gateway.stream.served import ChatJob
 from gateway.stream.served import StreamOutcome
 from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import CompletionTokensDetails
 from gateway.wire.openai_chat import PromptTokensDetails
 from gateway.wire.openai_chat import Usage
 
@@ -132,7 +134,7 @@ async def serve_chat(
             request_id=request[REQUEST_ID],
         )
         if record is not None and ticket.key is not None:
-            record.key = ticket.key.name
+            record.key, record.key_id = ticket.key.name, ticket.key.id
         on_answer = _stream_settler(accounting, ticket, record, outbound)
         actor = _actor(request, state, chat, body, plan, outbound, native, emulation, on_answer)
         streams = None
@@ -187,6 +189,11 @@ def _actor(
     on_answer: Callable[[StreamOutcome], Awaitable[None]],
 ) -> StreamActor:
     request_id = request[REQUEST_ID]
+    record = request.get(RECORD)
+    journal = tracer = None
+    if record is not None and record.journal is not None:
+        journal, tracer = record.journal, record.trace
+        record.request_body = request.get(RAW_BODY)
     job = ChatJob(
         request=chat,
         body=body,
@@ -196,6 +203,8 @@ def _actor(
         deadline_s=state.config.routing.deadline_s,
         native=native,
         tool_emulation=emulation,
+        journal=journal,
+        tracer=tracer,
     )
     return StreamActor(
         request,
@@ -240,9 +249,12 @@ def _observed(record: RequestRecord, outcome: StreamOutcome, started: float) -> 
         failed = outcome.stream_error
         if failed is not None:
             record.failed_status, record.error = failed.status, failed.code or failed.type
+            record.error_message = failed.message
     if outcome.client_too_slow:
         # the client stopped reading: its failure, not the upstream's
         record.failed_status, record.error = CLIENT_TOO_SLOW, "client_write_timeout"
+    if record.journal is not None:  # the request log or tracing is on: what else they keep
+        observed_answer(record, outcome)
 
 
 def record_usage(record: RequestRecord | None, usage: Usage, settled: Settled) -> None:
@@ -254,6 +266,11 @@ def record_usage(record: RequestRecord | None, usage: Usage, settled: Settled) -
     cached = details.cached_tokens if isinstance(details, PromptTokensDetails) else None
     record.cached_tokens = cached if isinstance(cached, int) else 0
     record.cost_usd = settled.cost_nanos / 1e9
+    if record.journal is not None:
+        completion = usage.completion_tokens_details
+        if isinstance(completion, CompletionTokensDetails):
+            reasoning = completion.reasoning_tokens
+            record.reasoning_tokens = reasoning if isinstance(reasoning, int) else None
 
 
 async def _settle(

@@ -53,6 +53,7 @@ from gateway.providers.registry import make_adapter
 from gateway.providers.registry import supported_kinds
 from gateway.routing.router import Router
 from gateway.routing.sync import HealthSync
+from gateway.server.observers import OBSERVERS
 from gateway.server.state import STATE
 from gateway.server.state import ConfigSource
 from gateway.server.state import ReloadReport
@@ -202,6 +203,9 @@ def apply(app: web.Application, config: Config, source: ConfigSource) -> None:
     state.served = Served(config, router, source)
     flush_access_log()  # the access handler is replaced: its waiting lines go first
     configure_logging(config)  # the new level and format, and the new secrets redacted
+    observers = app.get(OBSERVERS)
+    if observers is not None:
+        observers.reconfigure(config)  # the new secrets cut from request-log records
 
 
 def report_line(report: ReloadReport, path: str | None) -> str:

@@ -21,11 +21,13 @@ from typing import Protocol
 from aiohttp import web
 
 from gateway.config import Config
+from gateway.observability.request_entry import AttemptEntry
 from gateway.routing.router import Attempt
 from gateway.routing.router import Router
 from gateway.store.kv import KeyValueStore
 from gateway.store.kv import make_kv
 from gateway.upstream.attempts import AttemptRunner
+from gateway.upstream.attempts import AttemptTracer
 from gateway.upstream.credentials import AccessTokens
 from gateway.upstream.http_client import HttpPool
 
@@ -91,7 +93,13 @@ class GatewayState:
         return self.served.router
 
     def attempt_runner(
-        self, plan: list[Attempt], model: str, *, refusals: bool = False
+        self,
+        plan: list[Attempt],
+        model: str,
+        *,
+        refusals: bool = False,
+        journal: list[AttemptEntry] | None = None,
+        tracer: AttemptTracer | None = None,
     ) -> AttemptRunner:
         """The runner of one request's attempts, its deadline `routing.deadline_s` from now."""
         return AttemptRunner(
@@ -101,6 +109,8 @@ class GatewayState:
             pool=self.pool,
             tokens=self.tokens,
             refusals=refusals,
+            journal=journal,
+            tracer=tracer,
         )
 
     def new_request_id(self) -> str:

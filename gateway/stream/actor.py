@@ -102,7 +102,13 @@ class StreamActor:
             outbound = ChatOutbound(bool(options and options.include_usage))
         self.outbound = outbound
         self.runner = AttemptRunner(
-            plan=job.plan, model=request.model, deadline_s=job.deadline_s, pool=pool, tokens=tokens
+            plan=job.plan,
+            model=request.model,
+            deadline_s=job.deadline_s,
+            pool=pool,
+            tokens=tokens,
+            journal=job.journal,
+            tracer=job.tracer,
         )
         self.client = ClientStream(http, loop, server.client_write_timeout_s)
         self.client.keepalive_bytes = outbound.keepalive

@@ -15,9 +15,11 @@ from aiohttp import web
 
 from gateway.emulation.request import ToolEmulation
 from gateway.errors import GatewayError
+from gateway.observability.request_entry import AttemptEntry
 from gateway.providers.base import NativeRequest
 from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
+from gateway.upstream.attempts import AttemptTracer
 from gateway.wire.openai_chat import ChatRequest
 from gateway.wire.openai_chat import Usage
 
@@ -33,6 +35,9 @@ class ChatJob(msgspec.Struct, frozen=True, kw_only=True):
     deadline_s: float  # the whole request's deadline (routing.deadline_s)
     native: NativeRequest | None = None  # the client's own request, for upstreams of its API
     tool_emulation: ToolEmulation | None = None
+    # the request log's and traces' view of the attempts (None: neither is on)
+    journal: list[AttemptEntry] | None = None
+    tracer: AttemptTracer | None = None
 
 
 class StreamOutcome(msgspec.Struct, frozen=True, kw_only=True):
