@@ -21,6 +21,7 @@ from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Mapping
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -39,12 +40,14 @@ from gateway.observability.access import observe_failure
 from gateway.observability.access import route_of
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.request_log import UNLOGGED_PREFIXES
-from gateway.server.observers import Observers
 from gateway.server.state import REQUEST_ID
 from gateway.server.state import STATE
 from gateway.store.kv import StoreError
 from gateway.stream.chat_outbound import error_body
 from gateway.wire.openai_chat import encoder
+
+if TYPE_CHECKING:
+    from gateway.server.observers import Observers
 
 log = logging.getLogger("gateway.server")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -193,7 +193,6 @@ def _actor(
     journal = tracer = None
     if record is not None and record.journal is not None:
         journal, tracer = record.journal, record.trace
-        record.request_body = request.get(RAW_BODY)
     job = ChatJob(
         request=chat,
         body=body,

@@ -16,6 +16,7 @@ from gateway.observability.access import RequestRecord
 from gateway.observability.logs import configured_secrets
 from gateway.observability.request_log import RequestLog
 from gateway.observability.request_log import entry_of
+from gateway.server.request_body import RAW_BODY
 from gateway.server.state import REQUEST_ID
 from gateway.server.state import STATE
 from gateway.stream.accumulator import StreamAccumulator
@@ -89,6 +90,8 @@ class Observers:
         request_log = self.request_log
         if request_log is None:
             return
+        if self.bodies != "off" and record.request_body is None:
+            record.request_body = request.get(RAW_BODY)  # the body as the client sent it
         answer = record.response_body
         if isinstance(answer, StreamAccumulator):
             record.response_body = None
