@@ -9,6 +9,7 @@ Routes:
                               with chunked transfer encoding in one write; otherwise one
                               ``chat.completion`` JSON with usage.
   GET  /healthz               200 ``ok``
+  POST /v1/traces             200, an empty OTLP/HTTP export response (the gateway's traces)
 
 It must never be the bottleneck of a benchmark, so it is a raw ``asyncio.Protocol`` on uvloop that
 parses only what it needs (request line, headers, a Content-Length body), keeps connections alive
@@ -65,6 +66,9 @@ class Responses:
         self.stream_plain = self._sse_message(self._stream_events(include_usage=False))
         self.stream_usage = self._sse_message(self._stream_events(include_usage=True))
         self.healthz = self._message(200, b"text/plain", b"ok\n")
+        # an empty ExportTraceServiceResponse: the gateway's OTLP exporter (bench.load
+        # --observe tracing) is answered here, as a collector that keeps up would
+        self.traces_taken = self._message(200, b"application/x-protobuf", b"")
         self.not_found = self._json_error(404, "not found")
         self.not_allowed = self._json_error(405, "method not allowed")
         self.bad_json = self._json_error(400, "request body is not a JSON chat request")
@@ -262,6 +266,8 @@ class FakeUpstreamProtocol(asyncio.Protocol):
             return responses.stream_plain
         if head.path == b"/healthz":
             return responses.healthz if head.method == b"GET" else responses.not_allowed
+        if head.path == b"/v1/traces":
+            return responses.traces_taken if head.method == b"POST" else responses.not_allowed
         return responses.not_found
 
     def _send(self, message: bytes, keep_alive: bool) -> None:

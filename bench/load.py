@@ -35,13 +35,16 @@ from datetime import UTC
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from bench.fake_upstream import TOKEN
+from bench.load_full import OBSERVE_MODES
 from bench.load_full import AdminError
 from bench.load_full import accounting_report
 from bench.load_full import create_key
 from bench.load_full import full_config
 from bench.load_full import metrics_report
+from bench.load_full import observe_config
 from bench.load_full import redis_argv
 from bench.load_procs import Pinning
 from bench.load_procs import Service
@@ -82,6 +85,7 @@ class Settings:
     full: bool = False
     workers: int = 1
     store: str = "sqlite"
+    observe: str = "none"
 
 
 def parse_args(argv: list[str] | None) -> Settings:
@@ -107,6 +111,12 @@ def parse_args(argv: list[str] | None) -> Settings:
         "--store", choices=("sqlite", "redis"), default="sqlite", help="--full's store"
     )
     parser.add_argument(
+        "--observe",
+        choices=OBSERVE_MODES,
+        default="none",
+        help="--full: the request log (log-sqlite, log-postgres) or tracing on",
+    )
+    parser.add_argument(
         "--workers", type=int, default=1, help="gateway worker processes (not pinned when > 1)"
     )
     parser.add_argument(
@@ -123,6 +133,8 @@ def parse_args(argv: list[str] | None) -> Settings:
         parser.error("--connections, --duration and --chunks must be positive")
     if args.workers < 1:
         parser.error("--workers must be positive")
+    if args.observe != "none" and not args.full:
+        parser.error("--observe needs --full")
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
     return Settings(
         duration_s=duration,
@@ -135,6 +147,7 @@ def parse_args(argv: list[str] | None) -> Settings:
         full=args.full,
         workers=args.workers,
         store=args.store,
+        observe=args.observe,
     )
 
 
@@ -222,6 +235,7 @@ class LoadBench:
         self.gateway_answered = 0
         self.cpus_allowed = cpus_allowed  # this driver's, before main() pinned it
         self.gateway_cut_off_max = 0
+        self.postgres: Any = None  # --observe log-postgres: its server
 
     def start(self) -> None:
         """Starts the fake upstream and (unless direct-only) the gateway; waits until healthy."""
@@ -243,7 +257,10 @@ class LoadBench:
         store: Path | str = self.workdir / "gateway.db"
         if self.settings.full and self.settings.store == "redis":
             store = self._start_redis()
+        observe = self.settings.observe
+        postgres = self._start_postgres() if observe == "log-postgres" else None
         full = full_config(gw_port, up_port, store, GATEWAY_MODEL, UPSTREAM_MODEL)
+        full += observe_config(observe, self.workdir, up_port, postgres)
         config.write_text(full if self.settings.full else gateway_config(gw_port, up_port))
         workers = self.settings.workers
         gateway = self._spawn(
@@ -292,6 +309,15 @@ class LoadBench:
                 return f"redis://127.0.0.1:{port}/0"
             time.sleep(0.05)
         raise SetupError(f"redis-server did not listen on {port}\n{redis.log_tail()}")
+
+    def _start_postgres(self) -> str:
+        """--observe log-postgres: a PostgreSQL of the run's own (tests/postgres_server.py),
+        stopped with the run's other services."""
+        from tests.postgres_server import PostgresServer
+
+        server = PostgresServer(self.workdir / "postgres").start()
+        self.postgres = server
+        return server.url
 
     def _spawn(self, name: str, argv: list[str]) -> Service:
         service = Service(name, argv, self.workdir / f"{name}.log", cwd=REPO)
@@ -408,6 +434,9 @@ class LoadBench:
         """Stops every started process by its id, newest first."""
         for service in reversed(self.services):
             service.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
+            self.postgres = None
 
 
 def describe_pinning(pinning: Pinning, settings: Settings) -> str:

@@ -43,6 +43,24 @@ def full_config(port: int, upstream_port: int, store: Path | str, model: str, up
     )
 
 
+OBSERVE_MODES = ("none", "log-sqlite", "log-postgres", "tracing")
+
+
+def observe_config(mode: str, workdir: Path, upstream_port: int, postgres_url: str | None) -> str:
+    """What --observe adds to the config: the request log in its own sqlite file or in a
+    PostgreSQL of the run's own, or traces of every request (sample_ratio 1) exported to the
+    fake upstream's /v1/traces."""
+    if mode == "log-sqlite":
+        return f'request_log: {{sink: "sqlite:///{workdir / "request-log.db"}"}}\n'
+    if mode == "log-postgres":
+        return f'request_log: {{sink: "{postgres_url}"}}\n'
+    if mode == "tracing":
+        return (
+            f'tracing: {{otlp_endpoint: "http://127.0.0.1:{upstream_port}", sample_ratio: 1.0}}\n'
+        )
+    return ""
+
+
 def admin(base_url: str, method: str, path: str, body: object = None) -> dict[str, object]:
     """One call of the gateway's admin API with the master key."""
     request = urllib.request.Request(
