@@ -9,7 +9,7 @@ LOCK := requirements.lock
 # the lock's pins without the hashes: keeps the dev extras from moving a locked package
 LOCK_CONSTRAINTS := $(VENV)/lock-constraints.txt
 
-.PHONY: run test lint lock bench bench-micro bench-peers bench-traffic rig clean fuzz soak
+.PHONY: run test lint lock bench bench-micro bench-peers bench-traffic bench-observe rig clean fuzz soak
 
 # The runtime dependencies come from the lock alone (hash-checked), then the gateway without
 # resolving anything (--no-deps), then the dev extras held to the lock's versions.
@@ -82,6 +82,14 @@ TRAFFIC_ARGS ?= --rounds 1 --duration 20 --max-total 1500
 bench-traffic: $(STAMP)
 	PEERS_HOME='$(PEERS_HOME)' bash bench/peers/install_peers.sh
 	PEERS_HOME='$(PEERS_HOME)' $(PY) -m bench.traffic.run $(TRAFFIC_ARGS)
+
+# What the request log and tracing cost (bench/observe_cost.py): bench.load --full at 16
+# connections with each --observe mode, interleaved; OBSERVE_ARGS e.g.
+# '--modes none,log-sqlite,log-postgres,tracing --rounds 3'
+bench-observe: $(STAMP)
+	bash bench/install_deps.sh
+	bash tests/install_deps.sh
+	$(PY) -m bench.observe_cost $(OBSERVE_ARGS)
 
 # atheris on every sans-IO decoder and translator, FUZZ_SECONDS per target (docs/testing.md)
 FUZZ_SECONDS ?= 60
