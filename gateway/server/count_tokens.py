@@ -149,6 +149,8 @@ class TokenCounting:
             raise _unsupported(self._chat.model, attempt)
         timeouts = attempt.provider.timeouts
         counting.request.egress = attempt.provider.egress  # its proxy and TLS trust
+        if self.runner.traceparent is not None:  # tracing is on: the attempt span's context
+            counting.request.headers["traceparent"] = self.runner.traceparent
         fetched = fetch_all(
             self._state.pool, attempt.adapter, counting.request, connect_s=timeouts.connect_s
         )

@@ -330,6 +330,8 @@ class EmbeddingsRun:
     ) -> PartResult:
         connect_s = attempt.provider.timeouts.connect_s
         part.request.egress = attempt.provider.egress  # its proxy and TLS trust
+        if self._runner.traceparent is not None:  # tracing is on: the attempt span's context
+            part.request.headers["traceparent"] = self._runner.traceparent
         data, headers = await fetch_all(
             self._state.pool, attempt.adapter, part.request, connect_s=connect_s
         )

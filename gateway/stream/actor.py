@@ -244,6 +244,8 @@ class StreamActor:
         timeouts = attempt.provider.timeouts
         request = attempt.adapter.build_request(call)
         request.egress = attempt.provider.egress  # its proxy and TLS trust
+        if self.runner.traceparent is not None:  # tracing is on: the attempt span's context
+            request.headers["traceparent"] = self.runner.traceparent
         self.gateway_s += perf_counter() - self.attempt_mark
         # A non-streaming upstream sends its first byte when it is done: only total_s
         # applies, one deadline for the answer and its body, under one timer.
@@ -336,6 +338,8 @@ class StreamActor:
         )
         request = attempt.adapter.build_request(call)
         request.egress = attempt.provider.egress  # its proxy and TLS trust
+        if self.runner.traceparent is not None:  # tracing is on: the attempt span's context
+            request.headers["traceparent"] = self.runner.traceparent
         self.gateway_s += perf_counter() - self.attempt_mark
         sent = await send_upstream(self._pool, request, connect_s=timeouts.connect_s)
         alarm = self.runner.alarm
