@@ -249,6 +249,7 @@ class GatewayMetrics:
             self.config_reloads.counter(result)
         for made in (self.request_log_written, self.request_log_dropped, self.request_log_errors):
             made.counter()
+        self.request_log_queue.gauge()
 
     def serve_models(self, models: frozenset[str]) -> None:
         """The model names labels may carry from now on (a reloaded config); series of
