@@ -59,3 +59,14 @@ async def authorize_admin(request: web.Request) -> None:
     if await accounting.ledger.find_key(principal.secret_hash) is None and principal.static is None:
         raise AuthenticationFailed("Incorrect API key provided")
     raise PermissionDenied("The admin API needs the master key", code="master_key_required")
+
+
+async def vouch_before_refusing(request: web.Request, err: Exception) -> Exception:
+    """`err` (a refusal made before admission: an unknown model, no key available, a target
+    that cannot take the request) once the caller's key is known to be good: a client with a
+    wrong key learns nothing of the models or their health, only the 401. Off the hot path:
+    only refusals pay the store lookup."""
+    principal = request.get(PRINCIPAL)
+    if principal is not None and principal.kind != "master" and principal.static is None:
+        await request.app[ACCOUNTING].key_of(principal)  # raises 401 for a bad key
+    return err

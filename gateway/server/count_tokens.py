@@ -31,6 +31,7 @@ from gateway.providers.base import TokenSource
 from gateway.providers.base import UpstreamCall
 from gateway.routing.router import Attempt
 from gateway.server.auth import PRINCIPAL
+from gateway.server.auth import vouch_before_refusing
 from gateway.server.inference import prompt_estimate
 from gateway.server.limits import SLOTS
 from gateway.server.messages import NATIVE_API
@@ -64,15 +65,18 @@ async def count_tokens(request: web.Request) -> web.Response:
     raw, params = await read_messages_body(request)
     app = request.app
     state, accounting, principal = app[STATE], app[ACCOUNTING], request[PRINCIPAL]
-    plan = state.router.plan(params.model)
-    if not plan:
-        raise NoUpstreamAvailable("no upstream target could be tried for this model")
-    first = plan[0]
-    check_client_urls([], NativeRequest(api=NATIVE_API, body=raw), plan[:1])
-    chat, body = translate_request(params, count_only=True)
-    counting = TokenCounting(state, request[REQUEST_ID], chat, body, plan, request.get(RECORD))
-    if first.adapter.count_tokens(counting.call(first)) is None:
-        raise _unsupported(params.model, first)
+    try:
+        plan = state.router.plan(params.model)
+        if not plan:
+            raise NoUpstreamAvailable("no upstream target could be tried for this model")
+        first = plan[0]
+        check_client_urls([], NativeRequest(api=NATIVE_API, body=raw), plan[:1])
+        chat, body = translate_request(params, count_only=True)
+        counting = TokenCounting(state, request[REQUEST_ID], chat, body, plan, request.get(RECORD))
+        if first.adapter.count_tokens(counting.call(first)) is None:
+            raise _unsupported(params.model, first)
+    except GatewayError as err:
+        raise await vouch_before_refusing(request, err) from None
     slots = app[SLOTS]
     slot = slots.take(principal)
     try:

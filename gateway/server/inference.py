@@ -37,6 +37,7 @@ from gateway.accounting.usage import output_cap
 from gateway.accounting.usage import tokens_of_chars
 from gateway.emulation.request import ToolEmulation
 from gateway.emulation.request import emulate_tools
+from gateway.errors import GatewayError
 from gateway.errors import NoUpstreamAvailable
 from gateway.inbound.client_urls import check_request as check_client_urls
 from gateway.observability.access import RECORD
@@ -45,6 +46,7 @@ from gateway.observability.metrics import OTHER_ROUTE
 from gateway.providers.base import NativeRequest
 from gateway.routing.router import Attempt
 from gateway.server.auth import PRINCIPAL
+from gateway.server.auth import vouch_before_refusing
 from gateway.server.limits import SLOTS
 from gateway.server.limits import check_chat
 from gateway.server.observers import observed_answer
@@ -111,8 +113,11 @@ async def serve_chat(
             record.model, record.stream = chat.model, bool(chat.stream)
             record.key = key_name(principal)
         router = state.router
-        plan = router.plan(chat.model)
-        check_client_urls(chat.messages, native, plan)
+        try:
+            plan = router.plan(chat.model)
+            check_client_urls(chat.messages, native, plan)
+        except GatewayError as err:
+            raise await vouch_before_refusing(request, err) from None
         emulation = None
         if router.emulates_tools(chat.model):
             chat, body, emulation = emulate_tools(chat, body)
