@@ -24,7 +24,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+from opentelemetry.trace import NonRecordingSpan
 from opentelemetry.trace import Span
+from opentelemetry.trace import SpanContext
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace import Status
 from opentelemetry.trace import StatusCode
@@ -32,6 +34,7 @@ from opentelemetry.trace import Tracer
 from opentelemetry.trace import set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from gateway.config_base import ProviderBase
 from gateway.config_base import effective_base_url
 from gateway.config_observe import TracingConfig
 from gateway.config_observe import otlp_endpoint
@@ -122,12 +125,28 @@ def _server_of(url: str) -> tuple[str, str | None, int | None]:
 class Tracing:
     """The process's tracer: its provider, exporter and batch processor."""
 
-    __slots__ = ("content", "provider", "tracer")
+    __slots__ = ("_servers", "content", "provider", "tracer")
 
     def __init__(self, provider: TracerProvider, content: bool) -> None:
         self.provider = provider
         self.tracer: Tracer = provider.get_tracer("gateway")
         self.content = content
+        self._servers: dict[str, dict[str, Any]] = {}  # by base URL: few, parsed once
+
+    def server_of(self, provider: ProviderBase) -> dict[str, Any]:
+        """An attempt span's url.full, server.address and server.port for `provider`."""
+        try:
+            base = effective_base_url(provider)
+        except ValueError:
+            return {}
+        attributes = self._servers.get(base)
+        if attributes is None:
+            url, host, port = _server_of(base)
+            attributes = {"url.full": url, "server.address": host, "server.port": port}
+            attributes = {k: v for k, v in attributes.items() if v is not None}
+            if len(self._servers) < 1024:  # a reloaded config's providers are added, never many
+                self._servers[base] = attributes
+        return attributes
 
     @classmethod
     def from_config(
@@ -227,30 +246,36 @@ class RequestTrace:
             self._attempt.end()
         provider = attempt.provider
         self._kind = provider.kind
-        span = self._attempt = self._tracing.tracer.start_span(
-            f"{self._operation} {attempt.model}",
-            context=set_span_in_context(self.span),
-            kind=SpanKind.CLIENT,
-        )
-        if span.is_recording():
-            attributes: dict[str, Any] = {
-                "http.request.method": "POST",
-                "gen_ai.operation.name": self._operation,
-                "gen_ai.provider.name": GEN_AI_PROVIDERS.get(provider.kind, provider.kind),
-                "gen_ai.request.model": attempt.model,
-                "gateway.provider": provider.name,
-            }
-            try:
-                url, host, port = _server_of(effective_base_url(provider))
-            except ValueError:
-                pass
-            else:
-                attributes["url.full"] = url
-                if host is not None:
-                    attributes["server.address"] = host
-                if port is not None:
-                    attributes["server.port"] = port
-            span.set_attributes(attributes)
+        parent = self.span
+        tracing = self._tracing
+        if not parent.is_recording():
+            # the parent-based sampler drops every child of a dropped span: the SDK's own
+            # decision, without its cost (a new span id in the parent's trace and flags)
+            ctx = parent.get_span_context()
+            span: Span = NonRecordingSpan(
+                SpanContext(
+                    ctx.trace_id,
+                    tracing.provider.id_generator.generate_span_id(),
+                    is_remote=False,
+                    trace_flags=ctx.trace_flags,
+                    trace_state=ctx.trace_state,
+                )
+            )
+        else:
+            span = tracing.tracer.start_span(
+                f"{self._operation} {attempt.model}",
+                context=set_span_in_context(parent),
+                kind=SpanKind.CLIENT,
+                attributes={
+                    "http.request.method": "POST",
+                    "gen_ai.operation.name": self._operation,
+                    "gen_ai.provider.name": GEN_AI_PROVIDERS.get(provider.kind, provider.kind),
+                    "gen_ai.request.model": attempt.model,
+                    "gateway.provider": provider.name,
+                    **tracing.server_of(provider),
+                },
+            )
+        self._attempt = span
         return traceparent_of(span)
 
     def attempt_ended(self, status: int | None, error: str | None) -> None:

@@ -1,0 +1,140 @@
+"""Microbenchmark of what tracing adds to one request's path (docs/tracing.md, "Cost").
+
+Each round is one request through the gateway's real middleware (`gateway_middleware`, as
+`build_app` installs it: request id, record, metrics, access line) around a handler that
+does what a served chat request does for the trace: fills the record in and, when the
+request has a trace, tells it of one attempt as the attempt runner does and takes the
+traceparent for the upstream request.
+
+- `off`: no `tracing` section; the middleware is built without observers, so none of the
+  tracing code runs (the only difference from a gateway before tracing is an `is not None`).
+- `on`: tracing configured, every request sampled: a SERVER and a CLIENT span per request,
+  handed to the SDK's batch processor (its exporter, on its own thread, counts them).
+- `on-unsampled`: `sample_ratio: 0`: spans decided and dropped, the traceparent still made.
+
+    .venv/bin/python -m pytest -q bench/micro/test_tracing.py --benchmark-enable --benchmark-only
+
+Every variant checks what it did (spans exported, a traceparent or none), so a broken path
+fails instead of looking fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from gateway.app import build_app
+from gateway.config import parse_config
+from gateway.config_observe import TracingConfig
+from gateway.observability.access import RECORD
+from gateway.observability.tracing import Tracing
+from gateway.server.errors import gateway_middleware
+from gateway.server.observers import Observers
+from gateway.server.state import STATE
+
+PerEvent = Callable[[int], None]
+CONFIG = """
+store: {url: "memory://"}
+providers:
+  - {name: up, kind: openai, base_url: "http://127.0.0.1:9/v1", keys: [{key: k}]}
+"""
+
+
+class CountingExporter(SpanExporter):
+    """Takes the batch processor's spans and counts them (the OTLP encode and POST happen on
+    the processor's thread, off the request path, either way)."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans += len(spans)
+        return SpanExportResult.SUCCESS
+
+
+class Bench:
+    """One mocked request through the middleware, on a private event loop."""
+
+    def __init__(self, ratio: float | None) -> None:
+        self.loop = asyncio.new_event_loop()
+        config = parse_config(CONFIG, env={})
+        self.app = build_app(config)
+        state = self.app[STATE]
+        self.attempt = state.router.plan("up/text")[0]
+        self.exporter = CountingExporter()
+        self.tracing = None
+        self.sampled = ratio == 1.0
+        observers = None
+        if ratio is not None:
+            tracing_config = TracingConfig(otlp_endpoint="http://127.0.0.1:9", sample_ratio=ratio)
+            self.tracing = Tracing.from_config(tracing_config, {}, exporter=self.exporter)
+            observers = Observers(config, None, self.tracing)
+        self.middleware = gateway_middleware(self.attempt.metrics, observers)
+        self.request = make_mocked_request(
+            "POST",
+            "/v1/chat/completions",
+            headers={"content-type": "application/json"},
+            app=self.app,
+        )
+        match_info = self.loop.run_until_complete(self.app.router.resolve(self.request))
+        match_info.add_app(self.app)
+        self.request._match_info = match_info  # as aiohttp's handler sets it: route_of reads it
+        self.sent: list[str | None] = []
+        self.answer = web.Response(body=b"{}", content_type="application/json")
+
+    async def handler(self, request: web.Request) -> web.StreamResponse:
+        record = request[RECORD]
+        record.model, record.provider, record.upstream_model = "up/text", "up", "text"
+        record.input_tokens, record.output_tokens, record.finish_reason = 12, 34, "stop"
+        trace = record.trace
+        traceparent = None
+        if trace is not None:  # as the attempt runner and the actor do
+            traceparent = trace.attempt_started(self.attempt)
+            trace.attempt_ended(200, None)
+        self.sent.append(traceparent)
+        return self.answer
+
+    def one(self) -> int:
+        response = self.loop.run_until_complete(self.middleware(self.request, self.handler))
+        return response.status
+
+    def close(self) -> None:
+        if self.tracing is not None:
+            assert self.tracing.shutdown(10.0)
+        self.loop.close()
+
+
+@pytest.fixture
+def bench(request: pytest.FixtureRequest) -> Iterator[Bench]:
+    ratio = {"off": None, "on": 1.0, "on-unsampled": 0.0}[request.param]
+    b = Bench(ratio)
+    yield b
+    b.close()
+
+
+@pytest.mark.benchmark(group="tracing")
+@pytest.mark.parametrize("bench", ["off", "on", "on-unsampled"], indirect=True)
+def test_request_path_tracing(benchmark: Any, per_event: PerEvent, bench: Bench) -> None:
+    per_event(1)  # one request per round
+    status = benchmark(bench.one)
+    assert status == 200
+    requests = len(bench.sent)
+    assert requests >= 1
+    if bench.tracing is None:
+        assert bench.sent == [None] * requests  # no trace, no traceparent
+        return
+    flags = {tp.rsplit("-", 1)[1] if tp else None for tp in bench.sent}
+    sampled = bench.sampled
+    assert all(f is not None and bool(int(f, 16) & 1) is sampled for f in flags)
+    bench.tracing.provider.force_flush()
+    assert bench.exporter.spans == (2 * requests if sampled else 0)
