@@ -212,3 +212,31 @@ async def test_a_broken_collector_never_fails_a_request(
         assert time.monotonic() - began < 3.0
         if receiver is not None:
             receiver.stop()
+
+
+async def test_with_tracing_off_no_trace_is_made_and_no_traceparent_sent(
+    upstreams: tuple[FakeOpenAI, FakeAnthropic, FakeEmbeddings],
+) -> None:
+    openai_fake = upstreams[0]
+    config = parse_config(
+        f"""
+store: {{url: "memory://"}}
+providers:
+  - {{name: up, kind: openai, base_url: "{openai_fake.base_url}", keys: [{{key: k1}}]}}
+""",
+        env={},
+    )
+    server = TestServer(build_app(config), host="127.0.0.1")
+    await server.start_server()
+    try:
+        assert OBSERVERS not in server.app  # the middleware runs without observers
+        sent = len(openai_fake.requests)
+        client = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}
+        status, _ = await post(
+            server, "/v1/chat/completions", {"model": "up/text", "messages": HI}, client
+        )
+        assert status == 200
+        (request,) = openai_fake.requests[sent:]
+        assert "traceparent" not in {k.lower() for k in request.headers}
+    finally:
+        await server.close()
