@@ -9,6 +9,10 @@
 #   ss            reads a listening socket's accept-queue depth (tests/server/test_listen_backlog.py)
 #   tinyproxy     the egress tests start one as the forward proxy in front of fake upstreams
 #                 (tests/upstream/test_egress_*.py), from a config in a temporary directory
+#   initdb        with postgres and pg_isready, from Debian's postgresql: the request-log tests
+#                 make a cluster in a temporary directory and start its server on a free
+#                 loopback port (tests/postgres_server.py); the package's own cluster service
+#                 is never started. Debian keeps these in /usr/lib/postgresql/<N>/bin, off PATH
 # Idempotent and quick: does nothing when every binary is already on PATH. Never starts the
 # system's services. Fails loudly (non-zero, message on stderr) when it cannot install.
 set -euo pipefail
@@ -26,6 +30,13 @@ for binary in "${!PACKAGE_OF[@]}"; do
     MISSING+=("${PACKAGE_OF[$binary]}")
   fi
 done
+# initdb is off PATH on Debian: look where the package puts it
+postgres_installed() {
+  command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null
+}
+if ! postgres_installed; then
+  MISSING+=(postgresql)
+fi
 if [ "${#MISSING[@]}" -eq 0 ]; then
   exit 0
 fi
@@ -80,3 +91,7 @@ for binary in "${!PACKAGE_OF[@]}"; do
     exit 1
   fi
 done
+if ! postgres_installed; then
+  echo "$NAME: initdb still not found after installing postgresql" >&2
+  exit 1
+fi
