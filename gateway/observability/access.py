@@ -39,8 +39,8 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.request_entry import AttemptEntry
 
 if TYPE_CHECKING:
+    from gateway.observability.tracing import RequestTrace
     from gateway.stream.accumulator import StreamAccumulator
-    from gateway.upstream.attempts import AttemptTracer
 
 UNOBSERVED = frozenset({"/metrics", "/healthz", "/readyz"})
 CLIENT_CLOSED = 499  # nginx's word for a client that left before its answer
@@ -116,7 +116,7 @@ class RequestRecord:
         # Set only when the request log or tracing is on (gateway/server/errors.py): every
         # attempt's end, and the request's trace; what else only the request log keeps.
         self.journal: list[AttemptEntry] | None = None
-        self.trace: AttemptTracer | None = None
+        self.trace: RequestTrace | None = None
         self.key_id: str | None = None
         self.finish_reason: str | None = None
         self.reasoning_tokens: int | None = None

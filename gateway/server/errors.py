@@ -40,6 +40,7 @@ from gateway.observability.access import observe_failure
 from gateway.observability.access import route_of
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.request_log import UNLOGGED_PREFIXES
+from gateway.server.observer_routes import TRACED_ROUTES
 from gateway.server.state import REQUEST_ID
 from gateway.server.state import STATE
 from gateway.store.kv import StoreError
@@ -124,7 +125,7 @@ def gateway_middleware(metrics: GatewayMetrics, observers: Observers | None = No
             record = request[RECORD] = RequestRecord(perf_counter(), route)
             if observers is not None and not route.startswith(UNLOGGED_PREFIXES):
                 record.journal = []
-                if observers.tracing is not None:
+                if observers.tracing is not None and route in TRACED_ROUTES:
                     record.trace = observers.tracing.start_request(
                         request.headers, route, request.method
                     )

@@ -14,8 +14,10 @@ from aiohttp import web
 from gateway.config import Config
 from gateway.observability.access import RequestRecord
 from gateway.observability.logs import configured_secrets
+from gateway.observability.logs import redact
 from gateway.observability.request_log import RequestLog
 from gateway.observability.request_log import entry_of
+from gateway.server.observer_routes import TRACED_ROUTES
 from gateway.server.request_body import RAW_BODY
 from gateway.server.state import REQUEST_ID
 from gateway.server.state import STATE
@@ -38,15 +40,8 @@ _finish_decoder = msgspec.json.Decoder(_Finish)
 _completion_encoder = msgspec.json.Encoder()
 
 if TYPE_CHECKING:
+    from gateway.observability.tracing import RequestTrace
     from gateway.observability.tracing import Tracing
-
-OPERATIONS = {  # gen_ai.operation.name per route
-    "/v1/chat/completions": "chat",
-    "/v1/responses": "chat",
-    "/v1/messages": "chat",
-    "/v1/embeddings": "embeddings",
-    "/v1/messages/count_tokens": "count_tokens",
-}
 
 
 class Observers:
@@ -76,7 +71,9 @@ class Observers:
     ) -> None:
         trace = record.trace
         if trace is not None:
-            trace.finish(  # type: ignore[attr-defined]
+            if trace.wants_content:  # tracing.content: the texts, secrets cut
+                self._content(request, record, trace)
+            trace.finish(
                 status=record.failed_status or status,
                 model=record.model,
                 provider=record.provider,
@@ -85,7 +82,7 @@ class Observers:
                 output_tokens=record.output_tokens,
                 finish_reason=record.finish_reason,
                 error=record.error,
-                operation=OPERATIONS.get(record.route, "chat"),
+                operation=TRACED_ROUTES.get(record.route, "chat"),
             )
         request_log = self.request_log
         if request_log is None:
@@ -119,8 +116,17 @@ class Observers:
             )
         )
 
-
-OBSERVERS = web.AppKey("observers", Observers)
+    def _content(self, request: web.Request, record: RequestRecord, trace: RequestTrace) -> None:
+        raw = request.get(RAW_BODY)
+        if raw:
+            trace.prompt(redact(raw.decode("utf-8", "replace"), self.secrets))
+        answer = record.response_body
+        if isinstance(answer, StreamAccumulator):
+            choice = answer.choices.get(0)
+            if choice is not None:
+                trace.completion(redact("".join(choice.content), self.secrets))
+        elif isinstance(answer, bytes):
+            trace.completion(redact(answer.decode("utf-8", "replace"), self.secrets))
 
 
 def observed_answer(record: RequestRecord, outcome: StreamOutcome) -> None:
@@ -143,3 +149,6 @@ def observed_answer(record: RequestRecord, outcome: StreamOutcome) -> None:
             record.finish_reason = decoded.choices[0].finish_reason
         else:
             record.finish_reason = decoded.stop_reason
+
+
+OBSERVERS = web.AppKey("observers", Observers)

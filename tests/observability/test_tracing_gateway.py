@@ -50,13 +50,14 @@ async def gateway(
     upstreams: tuple[FakeOpenAI, FakeAnthropic, FakeEmbeddings],
     endpoint: str,
     grace_s: float = 30.0,
+    content: bool = False,
 ) -> TestServer:
     openai_fake, claude, embeddings = upstreams
     config = parse_config(
         f"""
 store: {{url: "memory://"}}
 server: {{shutdown_grace_s: {grace_s}}}
-tracing: {{otlp_endpoint: "{endpoint}", service_name: gw-e2e}}
+tracing: {{otlp_endpoint: "{endpoint}", service_name: gw-e2e, content: {str(content).lower()}}}
 providers:
   - {{name: up, kind: openai, base_url: "{openai_fake.base_url}", keys: [{{key: k1}}]}}
   - {{name: down, kind: openai, base_url: "{openai_fake.base_url}", keys: [{{key: k2}}]}}
@@ -240,3 +241,43 @@ providers:
         assert "traceparent" not in {k.lower() for k in request.headers}
     finally:
         await server.close()
+
+
+async def test_content_reaches_the_span_only_when_asked_and_without_secrets(
+    upstreams: tuple[FakeOpenAI, FakeAnthropic, FakeEmbeddings],
+) -> None:
+    receiver = OTLPReceiver().start()
+    try:
+        for content in (False, True):
+            server = await gateway(upstreams, receiver.base_url, content=content)
+            try:
+                trace_id = f"{int(content) + 1:032x}"
+                client = {"traceparent": f"00-{trace_id}-{CLIENT_SPAN}-01"}
+                ask = [{"role": "user", "content": "what is the secret k1 here"}]
+                for stream in (True, False):
+                    body = {"model": "up/text", "messages": ask, "stream": stream}
+                    status, _ = await post(server, "/v1/chat/completions", body, client)
+                    assert status == 200
+                flushed(server)
+                spans: list[Received] = []
+                for _ in range(100):
+                    spans = [
+                        s for s in receiver.spans if s.trace_id == trace_id and s.kind == "server"
+                    ]
+                    if len(spans) == 2:
+                        break
+                    await asyncio.sleep(0.05)
+                assert len(spans) == 2
+                for span in spans:
+                    events = dict(span.events)
+                    if not content:
+                        assert events == {}
+                        continue
+                    prompt = events["gen_ai.content.prompt"]["gen_ai.prompt"]
+                    completion = events["gen_ai.content.completion"]["gen_ai.completion"]
+                    assert "what is the secret [redacted] here" in prompt  # the key k1 is cut
+                    assert completion
+            finally:
+                await server.close()
+    finally:
+        receiver.stop()
