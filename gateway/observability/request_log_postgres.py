@@ -55,10 +55,12 @@ SCHEMA = (
         status integer NOT NULL,
         entry json NOT NULL)""",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_time ON {TABLE} (time DESC, id DESC)",
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_key_name ON {TABLE} (key_name, time DESC)",
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_key_id ON {TABLE} (key_id, time DESC)",
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_model ON {TABLE} (model, time DESC)",
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_status ON {TABLE} (status, time DESC)",
+    # each filter's index in the order of a page (time, then id), so a page of a filtered
+    # search is read in order and stops at its limit, however many rows match
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_key_name ON {TABLE} (key_name, time DESC, id DESC)",
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_key_id ON {TABLE} (key_id, time DESC, id DESC)",
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_model ON {TABLE} (model, time DESC, id DESC)",
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_status ON {TABLE} (status, time DESC, id DESC)",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_client_request_id ON {TABLE} (client_request_id)",
 )
 _INSERT = f"""INSERT INTO {TABLE}
@@ -93,6 +95,10 @@ def _secrets_of(url: str) -> list[str]:
         found.append(urllib.parse.unquote(parts.password))
     found.extend(urllib.parse.parse_qs(parts.query).get("password", []))
     return [secret for secret in found if secret]
+
+
+def _where(conditions: list[str]) -> str:
+    return " WHERE " + " AND ".join(conditions) if conditions else ""
 
 
 class PostgresRequestLog:
@@ -141,12 +147,6 @@ class PostgresRequestLog:
             args.append(value)
             return f"${len(args)}"
 
-        if query.key is not None:
-            key = arg(_column(query.key))
-            where.append(f"(key_name = {key} OR key_id = {key})")
-            if len(query.key) > INDEXED_CHARS:
-                full = arg(query.key)
-                where.append(f"(entry->>'key_name' = {full} OR entry->>'key_id' = {full})")
         if query.model is not None:
             where.append(f"model = {arg(_column(query.model))}")
             if len(query.model) > INDEXED_CHARS:
@@ -169,10 +169,24 @@ class PostgresRequestLog:
         if query.before is not None:
             before_time, before_id = query.before
             where.append(f"(time, id) < ({arg(before_time)}, {arg(before_id)})")
-        sql = f"SELECT entry FROM {TABLE}"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY time DESC, id DESC LIMIT {arg(query.limit)}"
+        order = f" ORDER BY time DESC, id DESC LIMIT {arg(query.limit)}"
+        if query.key is None:
+            sql = f"SELECT entry FROM {TABLE}" + _where(where) + order
+        else:
+            # a key's name or its id: one ordered index scan each, merged (an OR of the two
+            # would read and sort every row of the key before the first page)
+            key = arg(_column(query.key))
+            by_name, by_id = [*where, f"key_name = {key}"], [*where, f"key_id = {key}"]
+            by_id.append(f"key_name IS DISTINCT FROM {key}")  # a row matching both: once
+            if len(query.key) > INDEXED_CHARS:
+                full = arg(query.key)
+                by_name.append(f"entry->>'key_name' = {full}")
+                by_id.append(f"entry->>'key_id' = {full}")
+            pick = f"SELECT time, id, entry FROM {TABLE}"
+            sql = (
+                f"SELECT entry FROM (({pick}{_where(by_name)}{order})"
+                f" UNION ALL ({pick}{_where(by_id)}{order})) AS by_key{order}"
+            )
 
         async def fetch(conn: asyncpg.Connection) -> list[RequestEntry]:
             rows = await conn.fetch(sql, *args, timeout=self._timeout_s)
