@@ -85,6 +85,7 @@ class EntraIdentity(TokenSource, frozen=True, kw_only=True):
 
     scope: str = COGNITIVE_SERVICES
     proxy: str | None = None
+    ca_file: str | None = None  # the provider's tls.ca_file: trusted for the authority too
 
     def label(self) -> str:
         return "the Microsoft Entra ID identity (environment, workload or managed identity)"

@@ -66,11 +66,25 @@ def _chain(source: EntraIdentity) -> Any:
     # an explicit None keeps requests from adding an environment proxy of its own
     proxies = {"http": proxy, "https": proxy}
     direct = {"http": None, "https": None}
-    chain: list[Any] = [EnvironmentCredential(proxies=proxies, disable_instance_discovery=True)]
+    # the authority is trusted as the provider's upstream is (its tls.ca_file, else
+    # SSL_CERT_FILE; else requests' own: REQUESTS_CA_BUNDLE or certifi), and asked once per
+    # fetch: upstream/credentials.py retries with its own backoff, so azure-core's retries
+    # (several seconds on a refused connection) would only hold the request longer
+    ca = source.ca_file or os.environ.get("SSL_CERT_FILE") or None
+    options: dict[str, Any] = {
+        "proxies": proxies,
+        "disable_instance_discovery": True,
+        "retry_total": 0,
+    }
+    if ca is not None:
+        options["connection_verify"] = ca
+    chain: list[Any] = [EnvironmentCredential(**options)]
     if all(os.environ.get(name) for name in _WORKLOAD_VARIABLES):
-        chain.append(WorkloadIdentityCredential(proxies=proxies, disable_instance_discovery=True))
+        chain.append(WorkloadIdentityCredential(**options))
     chain.append(
-        ManagedIdentityCredential(client_id=os.environ.get("AZURE_CLIENT_ID"), proxies=direct)
+        ManagedIdentityCredential(
+            client_id=os.environ.get("AZURE_CLIENT_ID"), proxies=direct, retry_total=0
+        )
     )
     chain.append(AzureCliCredential())
     return ChainedTokenCredential(*chain)

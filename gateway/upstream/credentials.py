@@ -66,7 +66,7 @@ FETCHERS: Mapping[type[TokenSource], Fetcher] = MappingProxyType(
 # Runs that read as a token, a key or a signature (JWTs, AWS secrets and session tokens,
 # base64 blobs): cut out of a library's error before it becomes a message. Ids (ARNs,
 # GUIDs, account numbers, host names) are shorter or broken up by `:`, and stay.
-_OPAQUE = re.compile(r"[A-Za-z0-9+/=_.\-]{40,}")
+_OPAQUE = re.compile(r"[A-Za-z0-9+/=_.~\-]{40,}")  # `~`: Entra client secrets have one
 
 
 class CredentialsUnavailable(UpstreamConnectError):

@@ -107,3 +107,13 @@ def test_google_auth_fetches_a_token_from_the_token_uri(fake: FakeGemini, tmp_pa
     grant = fake.token_requests[-1]
     assert grant["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer"
     assert grant["assertion"].count(".") == 2  # a signed JWT
+
+
+def test_an_entra_client_secret_is_cut_from_a_library_error() -> None:
+    from gateway.upstream.credentials import scrubbed
+
+    secret = "Ab38Q~" + "x1Y2z3W4v5U6t7S8r9Q0p1O2n3M4l5K6j7"
+    text = scrubbed(f"AADSTS7000215: Invalid client secret provided: '{secret}' for app c1")
+    assert secret not in text
+    assert "Q~" not in text
+    assert "AADSTS7000215" in text

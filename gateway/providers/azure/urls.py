@@ -65,7 +65,10 @@ def azure_source(provider: AzureProvider, key: ProviderKey | None) -> TokenSourc
     """An identity key's Entra ID token (chat, Responses and embeddings alike); None for an
     api key, sent as it is."""
     if isinstance(key, AzureKey) and key.cloud_identity is not None:
-        return EntraIdentity(proxy=configured_proxy(provider))
+        tls = provider.tls
+        return EntraIdentity(
+            proxy=configured_proxy(provider), ca_file=tls.ca_file if tls is not None else None
+        )
     return None
 
 
