@@ -129,6 +129,7 @@ def test_every_search_filter(pg: PostgresServer) -> None:
         entry(3, 102.0, key_name="a", key_id="ka", model="m2", status=400, client_request_id="x"),
         entry(4, 103.0, key_name="b", key_id="kb", model="m2", status=500),
         entry(5, 104.0, key_name=None, model="m1", status=200),
+        entry(6, 99.0, key_name="same", key_id="same", model="m3"),  # matches by both: once
     ]
 
     async def work(sink: PostgresRequestLog) -> dict[str, list[str]]:
@@ -136,6 +137,7 @@ def test_every_search_filter(pg: PostgresServer) -> None:
         queries = {
             "key name": RequestQuery(key="a"),
             "key id": RequestQuery(key="kb"),
+            "key both": RequestQuery(key="same"),
             "model": RequestQuery(model="m1"),
             "status": RequestQuery(status=200),
             "class 4xx": RequestQuery(status_class=4),
@@ -153,14 +155,15 @@ def test_every_search_filter(pg: PostgresServer) -> None:
     assert run(with_sink(pg.url, work)) == {
         "key name": ["r0003", "r0001"],
         "key id": ["r0004", "r0002"],
+        "key both": ["r0006"],
         "model": ["r0005", "r0002", "r0001"],
-        "status": ["r0005", "r0001"],
+        "status": ["r0005", "r0001", "r0006"],
         "class 4xx": ["r0003", "r0002"],
         "class 5xx": ["r0004"],
         "client id": ["r0003", "r0001"],
         "gateway id": ["r0004"],
         "since (inclusive)": ["r0005", "r0004", "r0003"],
-        "until (exclusive)": ["r0002", "r0001"],
+        "until (exclusive)": ["r0002", "r0001", "r0006"],
         "combined": ["r0003"],
         "limit": ["r0005", "r0004"],
         "nothing": [],
