@@ -33,7 +33,7 @@ from tests.upstreams.threaded import ThreadedUpstream
 TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
 CLIENT_ID = "0b6c1c5e-3a7d-4f1e-9d3c-6a2f1e8b9c01"
 # a real client secret's shape: a `~` after six characters (the gateway cuts it from errors)
-CLIENT_SECRET = "Ab38Q~" + "x7Yz.0123456789abcdefghijKLMNOPqrs_t"
+CLIENT_SECRET = "Ab38Q~" + "x7Yz.0123456789abcdefghijKLMNOPqrs"
 FEDERATED_TOKEN = (
     "eyJhbGciOiJSUzI1NiIsImtpZCI6ImZha2UifQ."
     "eyJpc3MiOiJodHRwczovL29pZGMuZmFrZSIsInN1YiI6InN5c3RlbTpzZXJ2aWNlYWNjb3VudDpsbG0ifQ.c2lnbmF0dXJl"
@@ -76,6 +76,11 @@ class FakeEntra(ThreadedUpstream):
     def token_posts(self) -> int:
         with self.lock:
             return len(self.forms)
+
+    def stop(self) -> None:
+        """Stoppable twice (a test stops it to take the authority down; the fixture again)."""
+        if self._loop is not None and not self._loop.is_closed():
+            super().stop()
 
     async def _start(self) -> None:
         app = web.Application()

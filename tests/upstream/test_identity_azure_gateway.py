@@ -9,11 +9,14 @@ is down, and a clear 502 naming the identity (no token, no secret) when no key i
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import openai
 import pytest
 from aiohttp.test_utils import TestServer
@@ -171,3 +174,147 @@ async def test_workload_identity_token_serves_chat_and_embeddings_on_one_fetch(
     assert all("api-key" not in c.headers or c.headers["api-key"] == azure.key for c in azure.calls)
     assert FEDERATED_TOKEN not in caplog.text
     assert token not in caplog.text
+
+
+async def test_a_client_secret_token_serves_chat(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    pki: Pki,
+    entra: FakeEntra,
+    azure: BearerAzure,
+    serve: object,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    entra_env(monkeypatch, tmp_path, entra, pki, secret=True)
+    server = await serve(config(azure, "[{identity: default}]"))  # type: ignore[operator]
+    base = str(server.make_url("/v1"))
+    async with openai.AsyncOpenAI(base_url=base, api_key="mk-test", max_retries=0) as client:
+        await chat_both_ways(client)
+    assert entra.token_posts == 1
+    form = entra.forms[0]
+    assert form["grant_type"] == "client_credentials"
+    assert form["client_secret"] == CLIENT_SECRET
+    assert form["client_id"] == CLIENT_ID
+    assert form["scope"] == SCOPE
+    assert "client_assertion" not in form
+    [token] = entra.issued
+    assert entra.issued[token].grant == "secret"
+    assert azure.bearers == [token] * 2
+    assert CLIENT_SECRET not in caplog.text
+    assert token not in caplog.text
+
+
+@pytest.fixture
+def short_entra(pki: Pki) -> Iterator[FakeEntra]:
+    fake = FakeEntra(pki, life_s=4).start()
+    yield fake
+    fake.stop()
+
+
+async def test_a_short_lived_token_is_refreshed_before_it_expires_under_load(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    pki: Pki,
+    short_entra: FakeEntra,
+    serve: object,
+) -> None:
+    entra_env(monkeypatch, tmp_path, short_entra, pki)
+    azure = BearerAzure(short_entra).start()
+    try:
+        server = await serve(config(azure, "[{identity: default}]"))  # type: ignore[operator]
+        base = str(server.make_url("/v1"))
+        failures: list[str] = []
+        done = 0
+        end = time.monotonic() + 8  # two token lives
+
+        async def worker(client: openai.AsyncOpenAI) -> None:
+            nonlocal done
+            while time.monotonic() < end:
+                try:
+                    answer = await client.chat.completions.create(model="az/text", messages=CHAT)  # type: ignore[arg-type]
+                    assert answer.choices[0].message.content == TEXT
+                    done += 1
+                except Exception as error:  # every failure is counted, none expected
+                    failures.append(repr(error))
+                await asyncio.sleep(0.05)
+
+        async with openai.AsyncOpenAI(base_url=base, api_key="mk-test", max_retries=0) as client:
+            await asyncio.gather(*(worker(client) for _ in range(4)))
+    finally:
+        azure.stop()
+    assert failures == []
+    assert azure.refused == []  # the fake 401s an expired token: none was sent
+    assert done > 50
+    # refreshed about halfway through each 4 s life: a few fetches, not one per request
+    assert 3 <= short_entra.token_posts <= 10
+    assert len(set(azure.bearers)) == short_entra.token_posts
+
+
+async def test_an_authority_that_is_down_fails_over_to_a_static_key(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    pki: Pki,
+    entra: FakeEntra,
+    azure: BearerAzure,
+    serve: object,
+) -> None:
+    entra_env(monkeypatch, tmp_path, entra, pki)
+    entra.stop()
+    keys = f"[{{identity: default, name: aks, weight: 1000}}, {{name: static, key: {azure.key}}}]"
+    server = await serve(config(azure, keys))  # type: ignore[operator]
+    base = str(server.make_url("/v1"))
+    started = time.monotonic()
+    async with openai.AsyncOpenAI(base_url=base, api_key="mk-test", max_retries=0) as client:
+        for _ in range(5):
+            answer = await client.chat.completions.create(model="az/text", messages=CHAT)  # type: ignore[arg-type]
+            assert answer.choices[0].message.content == TEXT
+    assert time.monotonic() - started < 4  # no library retries on the refused connection
+    assert azure.bearers == [None] * 5  # all on the static api-key
+    async with aiohttp.ClientSession() as session:
+        health = await (await session.get(server.make_url("/admin/health"), headers=HEADERS)).json()
+    text = str(health)
+    assert "aks" in text
+    assert "circuit_open" in text
+
+
+async def test_with_no_other_key_the_client_gets_a_502_naming_the_identity(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    pki: Pki,
+    entra: FakeEntra,
+    azure: BearerAzure,
+    serve: object,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    entra_env(monkeypatch, tmp_path, entra, pki, secret=True)
+    entra.refuse = True
+    server = await serve(config(azure, "[{identity: default}]"))  # type: ignore[operator]
+    async with aiohttp.ClientSession() as session:
+        first = await session.post(
+            server.make_url("/v1/chat/completions"),
+            json={"model": "az/text", "messages": CHAT},
+            headers=HEADERS,
+        )
+        body = await first.json()
+        assert first.status == 502, body
+        error = body["error"]
+        assert error["code"] == "credentials_unavailable"
+        assert "Microsoft Entra ID" in error["message"]
+        assert "AADSTS7000215" in error["message"]
+        assert CLIENT_SECRET not in str(body)
+        assert CLIENT_SECRET.split("~")[1][:12] not in str(body)
+        calls = entra.token_posts
+        # the key's circuit is open now: refused without asking the authority again
+        second = await session.post(
+            server.make_url("/v1/chat/completions"),
+            json={"model": "az/text", "messages": CHAT},
+            headers=HEADERS,
+        )
+        assert second.status == 503
+        assert entra.token_posts == calls
+    assert entra.forms  # the secret was sent, and refused
+    assert entra.forms[0]["client_secret"] == CLIENT_SECRET
+    assert azure.calls == []
+    assert CLIENT_SECRET not in caplog.text
