@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from collections.abc import Iterator
@@ -23,6 +26,8 @@ from aiohttp.test_utils import TestServer
 
 from gateway.app import build_app
 from gateway.config import parse_config
+from tests.e2e.conftest import free_port
+from tests.e2e.conftest import wait_healthy
 from tests.identity_endpoints.azure_bearer import BearerAzure
 from tests.identity_endpoints.entra import CLIENT_ID
 from tests.identity_endpoints.entra import CLIENT_SECRET
@@ -32,6 +37,7 @@ from tests.identity_endpoints.entra import SCOPE
 from tests.identity_endpoints.entra import TENANT
 from tests.identity_endpoints.entra import FakeEntra
 from tests.identity_endpoints.isolation import isolate
+from tests.identity_endpoints.isolation import isolated_env
 from tests.upstream.egress_parts import Pki
 
 CHAT = [{"role": "user", "content": "hi"}]
@@ -318,3 +324,48 @@ async def test_with_no_other_key_the_client_gets_a_502_naming_the_identity(
     assert entra.forms[0]["client_secret"] == CLIENT_SECRET
     assert azure.calls == []
     assert CLIENT_SECRET not in caplog.text
+
+
+def test_gateway_process_with_openai_python(
+    tmp_path: Path, pki: Pki, entra: FakeEntra, azure: BearerAzure
+) -> None:
+    token_file = tmp_path / "azure-identity-token"
+    token_file.write_text(FEDERATED_TOKEN)
+    env = {k: v for k, v in isolated_env(tmp_path).items() if k != "SSL_CERT_FILE"}
+    env.update(
+        AZURE_AUTHORITY_HOST=entra.base_url,
+        AZURE_TENANT_ID=TENANT,
+        AZURE_CLIENT_ID=CLIENT_ID,
+        AZURE_FEDERATED_TOKEN_FILE=str(token_file),
+        REQUESTS_CA_BUNDLE=str(pki.ca),
+        PYTHONUNBUFFERED="1",
+        PATH=os.environ.get("PATH", ""),
+    )
+    path = tmp_path / "gateway.yaml"
+    path.write_text(config(azure, "[{identity: default}]") + "logging: {level: debug}\n")
+    port = free_port()
+    log = tmp_path / "gateway.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+        with openai.OpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="mk-test", max_retries=0, timeout=20
+        ) as client:
+            with client.chat.completions.stream(model="az/text", messages=CHAT) as stream:  # type: ignore[arg-type]
+                final = stream.get_final_completion()
+            assert final.choices[0].message.content == TEXT
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    [token] = entra.issued
+    assert azure.bearers == [token]
+    assert entra.forms[0]["client_assertion"] == FEDERATED_TOKEN
+    logged = log.read_text()
+    assert FEDERATED_TOKEN not in logged
+    assert token not in logged
