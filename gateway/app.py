@@ -27,6 +27,7 @@ from gateway.routing.sync import health_sync
 from gateway.server.admin_config import admin_config
 from gateway.server.admin_health import admin_health
 from gateway.server.admin_keys import add_admin_routes
+from gateway.server.admin_requests import add_request_log_routes
 from gateway.server.chat import chat_completions
 from gateway.server.chat import list_models
 from gateway.server.count_tokens import count_tokens
@@ -98,6 +99,7 @@ def build_app(
             app.cleanup_ctx.append(request_log_context)
         if observers.tracing is not None:
             app.on_cleanup.append(_stop_tracing)
+    add_request_log_routes(app)
     app.on_cleanup.append(_close_pool)
     if not config.auth.master_key:
         log.warning("auth.master_key is empty: the gateway is open to anyone who can reach it")

@@ -229,7 +229,8 @@ def entry_of(
         from gateway.observability.request_bodies import body_for_log
 
         request_body = body_for_log(record.request_body, bodies, secrets)
-        response_body = body_for_log(record.response_body, bodies, secrets)
+        answer = record.response_body  # bytes by now (gateway/server/observers.py)
+        response_body = body_for_log(answer if isinstance(answer, bytes) else None, bodies, secrets)
     message = record.error_message
     if message is not None and secrets:
         message = redact(message, secrets)
