@@ -76,6 +76,8 @@ def gateway_config(upstream: FakeOpenAI) -> str:
     return f"""
 server: {{shutdown_grace_s: 2}}
 store: {{url: "memory://"}}
+# a queue of 3 flushed each second: records are written and, under the load, dropped
+request_log: {{flush_s: 1, queue_max: 3}}
 routing: {{cooldown_s: 0.05, auth_hold_s: 0.05, circuit_failures: 3, circuit_open_s: 0.05,
           circuit_max_open_s: 0.05}}
 providers:
