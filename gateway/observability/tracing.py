@@ -38,6 +38,7 @@ from gateway.config_base import ProviderBase
 from gateway.config_base import effective_base_url
 from gateway.config_observe import TracingConfig
 from gateway.config_observe import otlp_endpoint
+from gateway.providers.semconv import GEN_AI_PROVIDERS
 
 if TYPE_CHECKING:
     from gateway.routing.router import Attempt
@@ -53,15 +54,6 @@ EXPORT_LOGGERS = (
 )
 QUIET_S = 60.0
 
-# gen_ai.provider.name's well-known values, per provider kind
-GEN_AI_PROVIDERS = {
-    "openai": "openai",
-    "anthropic": "anthropic",
-    "azure": "azure.ai.openai",
-    "bedrock": "aws.bedrock",
-    "gemini": "gcp.gemini",
-    "vertex": "gcp.vertex_ai",
-}
 
 # an attempt span's gen_ai.operation.name, by the request's route (else chat)
 ROUTE_OPERATIONS = {"/v1/embeddings": "embeddings", "/v1/messages/count_tokens": "count_tokens"}
