@@ -88,9 +88,8 @@ def key_label(attempt: Attempt) -> str:
     key = attempt.key
     if key is None:
         return "-"
-    name = getattr(key, "name", None)
-    if name:
-        return str(name)
+    if key.name:
+        return key.name
     for index, other in enumerate(attempt.provider.keys):
         if other is key:
             return f"#{index}"
@@ -127,6 +126,7 @@ class AttemptRunner:
         "journal",
         "loop",
         "model",
+        "noting",
         "plan",
         "pool",
         "refusals",
@@ -167,6 +167,7 @@ class AttemptRunner:
         # is recorded, and an attempt costs no more than without them.
         self.journal = journal
         self.tracer = tracer
+        self.noting = journal is not None or tracer is not None  # one test per attempt end
         self.traceparent: str | None = None  # the current attempt's, for its upstream request
 
     def call(
@@ -274,7 +275,7 @@ class AttemptRunner:
                 result = await step.send(attempt)
             except UpstreamError as err:
                 report_failure(attempt, ticket, self.hide(err))
-                if self.journal is not None or self.tracer is not None:
+                if self.noting:
                     self._noted(attempt, err.upstream_status, error_kind(err))
                 errors.append(err)
                 if not err.retryable:
@@ -282,7 +283,7 @@ class AttemptRunner:
                 continue
             except ClientError as err:
                 health.released(ticket)
-                if self.journal is not None or self.tracer is not None:
+                if self.noting:
                     self._noted(attempt, err.status, err.code or "refused")
                 if not self.refusals:
                     raise
@@ -290,12 +291,12 @@ class AttemptRunner:
                 continue
             except BaseException:
                 health.released(ticket)
-                if self.journal is not None or self.tracer is not None:
+                if self.noting:
                     self._noted(attempt, None, "cancelled")
                 raise
             ended = step.ended()
             self._report(attempt, ticket, ended)
-            if self.journal is not None or self.tracer is not None:
+            if self.noting:
                 self._noted_end(attempt, ended)
             return result
         if errors:
