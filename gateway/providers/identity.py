@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from gateway.config_base import ProviderBase
 from gateway.config_parse import Path
@@ -66,6 +67,9 @@ class GoogleIdentity(TokenSource, frozen=True, kw_only=True):
     Identity), optionally impersonating a service account."""
 
     target_principal: str | None = None  # the service account impersonated (its email)
+    # the IAM Credentials API's base URL when not Google's own (a Private Service Connect
+    # endpoint); only with target_principal
+    iam_base_url: str | None = None
     scopes: tuple[str, ...] = (CLOUD_PLATFORM,)
     proxy: str | None = None
 
@@ -143,8 +147,21 @@ def aws_identity_problems(
         )
 
 
-def impersonate_problems(here: Path, impersonate: str | None) -> Iterator[Problem]:
+def impersonate_problems(
+    here: Path, impersonate: str | None, iam_endpoint: str | None
+) -> Iterator[Problem]:
+    """The Google options of an identity key: `impersonate`, and `iam_endpoint` with it."""
     if impersonate is not None and (
         "@" not in impersonate or impersonate != impersonate.strip() or "/" in impersonate
     ):
         yield (*here, "impersonate"), "must be a service account's email"
+    if iam_endpoint is None:
+        return
+    if impersonate is None:
+        yield (*here, "iam_endpoint"), "only with impersonate"
+    parts = urlsplit(iam_endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        yield (
+            (*here, "iam_endpoint"),
+            "must be an http(s) base URL such as https://iamcredentials.googleapis.com",
+        )

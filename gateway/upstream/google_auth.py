@@ -25,6 +25,7 @@ import calendar
 import os
 import time
 from typing import Any
+from urllib.parse import quote
 from urllib.parse import urlsplit
 
 import requests
@@ -83,22 +84,40 @@ def fetch_service_account_token(source: GoogleServiceAccount) -> BearerToken:
     return _token(credentials)
 
 
+def _iam_token_url(source: GoogleIdentity) -> str | None:
+    """generateAccessToken of the impersonated account at the configured IAM endpoint
+    (None: google-auth's own, iamcredentials.googleapis.com)."""
+    if not source.iam_base_url or not source.target_principal:
+        return None
+    account = quote(source.target_principal, safe="@")
+    return (
+        f"{source.iam_base_url.rstrip('/')}/v1/projects/-/serviceAccounts/{account}"
+        ":generateAccessToken"
+    )
+
+
 def fetch_default_token(source: GoogleIdentity) -> BearerToken:
     """A fresh token from Application Default Credentials (or the account they impersonate)."""
     import google.auth
     from google.auth import impersonated_credentials
+    from google.auth.credentials import with_scopes_if_required
     from google.auth.transport.requests import Request
 
     with _EgressSession(source.proxy) as session:
         request = Request(session)
         scopes = list(source.scopes)
-        credentials, _ = google.auth.default(scopes=scopes, request=request)
+        # Scopes are applied after: given to default(), an external account (workload
+        # identity federation) spends a token and a call to Cloud Resource Manager on a
+        # project id the gateway never uses, and fails where that API is not reachable.
+        credentials, _ = google.auth.default(request=request)
+        credentials = with_scopes_if_required(credentials, scopes)  # type: ignore[no-untyped-call]
         if source.target_principal:
             credentials = impersonated_credentials.Credentials(  # type: ignore[no-untyped-call]
                 source_credentials=credentials,
                 target_principal=source.target_principal,
                 target_scopes=scopes,
                 lifetime=IMPERSONATED_LIFETIME_S,
+                iam_endpoint_override=_iam_token_url(source),
             )
-        credentials.refresh(request)  # type: ignore[no-untyped-call]
+        credentials.refresh(request)
         return _token(credentials)

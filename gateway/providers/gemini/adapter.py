@@ -248,7 +248,11 @@ def gemini_source(provider: GeminiProvider, key: ProviderKey | None) -> TokenSou
     """An `identity: default` key's OAuth token (Application Default Credentials); None
     for an API key, sent as it is."""
     if isinstance(key, GeminiKey) and key.cloud_identity is not None:
-        return GoogleIdentity(target_principal=key.impersonate, proxy=configured_proxy(provider))
+        return GoogleIdentity(
+            target_principal=key.impersonate,
+            iam_base_url=key.iam_endpoint,
+            proxy=configured_proxy(provider),
+        )
     return None
 
 

@@ -22,10 +22,12 @@ class GeminiKey(ProviderKey, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     # `identity: default`: Application Default Credentials instead of an API key
     cloud_identity: str | None = msgspec.field(default=None, name="identity")
     impersonate: str | None = None  # a service account's email
+    iam_endpoint: str | None = None  # the IAM Credentials API's base URL (with impersonate)
 
     def identity(self) -> str:
         if self.cloud_identity is not None:
-            return f"identity|{self.cloud_identity}|{self.impersonate or ''}"
+            text = f"identity|{self.cloud_identity}|{self.impersonate or ''}"
+            return text + (f"|{self.iam_endpoint}" if self.iam_endpoint else "")
         return super().identity()
 
 
@@ -46,10 +48,10 @@ class GeminiProvider(
         if not isinstance(key, GeminiKey):  # the built-in default's key from the environment
             yield from super().key_problems(key, here)
             return
-        options = {"impersonate": key.impersonate}
+        options = {"impersonate": key.impersonate, "iam_endpoint": key.iam_endpoint}
         secrets = ["key"] if key.key is not None else []
         yield from identity_problems(key.cloud_identity, here, secrets=secrets, options=options)
         if key.cloud_identity is not None:
-            yield from impersonate_problems(here, key.impersonate)
+            yield from impersonate_problems(here, key.impersonate, key.iam_endpoint)
         else:
             yield from super().key_problems(key, here)

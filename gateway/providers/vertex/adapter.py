@@ -29,7 +29,11 @@ def vertex_source(provider: VertexProvider, key: ProviderKey | None) -> TokenSou
     """A vertex key's credential (chat and embeddings alike): Application Default
     Credentials for an identity key, else its service-account file."""
     if isinstance(key, VertexKey) and key.cloud_identity is not None:
-        return GoogleIdentity(target_principal=key.impersonate, proxy=configured_proxy(provider))
+        return GoogleIdentity(
+            target_principal=key.impersonate,
+            iam_base_url=key.iam_endpoint,
+            proxy=configured_proxy(provider),
+        )
     if not isinstance(key, VertexKey) or not key.credentials_file:
         raise UpstreamConnectError("the Vertex AI key has no credentials_file")
     return GoogleServiceAccount(key.credentials_file)

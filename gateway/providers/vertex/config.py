@@ -25,10 +25,12 @@ class VertexKey(ProviderKey, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     # `identity: default`: Application Default Credentials instead of a file
     cloud_identity: str | None = msgspec.field(default=None, name="identity")
     impersonate: str | None = None  # a service account's email
+    iam_endpoint: str | None = None  # the IAM Credentials API's base URL (with impersonate)
 
     def identity(self) -> str:
         if self.cloud_identity is not None:
-            return f"identity|{self.cloud_identity}|{self.impersonate or ''}"
+            text = f"identity|{self.cloud_identity}|{self.impersonate or ''}"
+            return text + (f"|{self.iam_endpoint}" if self.iam_endpoint else "")
         return self.credentials_file or ""
 
 
@@ -65,9 +67,9 @@ class VertexProvider(
         if key.key is not None:
             yield (*here, "key"), "not used by kind vertex (use credentials_file)"
         secrets = ["credentials_file"] if key.credentials_file else []
-        options = {"impersonate": key.impersonate}
+        options = {"impersonate": key.impersonate, "iam_endpoint": key.iam_endpoint}
         yield from identity_problems(key.cloud_identity, here, secrets=secrets, options=options)
         if key.cloud_identity is not None:
-            yield from impersonate_problems(here, key.impersonate)
+            yield from impersonate_problems(here, key.impersonate, key.iam_endpoint)
         elif not key.credentials_file:
             yield (*here, "credentials_file"), f"required for kind '{self.kind}'"
