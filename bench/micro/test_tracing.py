@@ -12,6 +12,10 @@ traceparent for the upstream request.
   handed to the SDK's batch processor (its exporter, on its own thread, counts them).
 - `on-unsampled`: `sample_ratio: 0`: spans decided and dropped, the traceparent still made.
 
+- `encode`: what the batch processor's thread spends per span on the OTLP body (on the same
+  core and under the same GIL as the event loop): the SDK's encoder (`sdk`) against
+  otlp_wire's (`wire`), over a batch of the spans the `on` variant makes.
+
     .venv/bin/python -m pytest -q bench/micro/test_tracing.py --benchmark-enable --benchmark-only
 
 Every variant checks what it did (spans exported, a traceparent or none), so a broken path
@@ -29,6 +33,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
@@ -37,6 +43,7 @@ from gateway.app import build_app
 from gateway.config import parse_config
 from gateway.config_observe import TracingConfig
 from gateway.observability.access import RECORD
+from gateway.observability.otlp_wire import export_request
 from gateway.observability.tracing import Tracing
 from gateway.server.errors import gateway_middleware
 from gateway.server.observers import Observers
@@ -52,13 +59,17 @@ providers:
 
 class CountingExporter(SpanExporter):
     """Takes the batch processor's spans and counts them (the OTLP encode and POST happen on
-    the processor's thread, off the request path, either way)."""
+    the processor's thread, off the request path, either way); keeps the first `keep`."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: int = 0) -> None:
         self.spans = 0
+        self.keep = keep
+        self.kept: list[ReadableSpan] = []
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         self.spans += len(spans)
+        if len(self.kept) < self.keep:
+            self.kept += spans[: self.keep - len(self.kept)]
         return SpanExportResult.SUCCESS
 
 
@@ -138,3 +149,38 @@ def test_request_path_tracing(benchmark: Any, per_event: PerEvent, bench: Bench)
     assert all(f is not None and bool(int(f, 16) & 1) is sampled for f in flags)
     bench.tracing.provider.force_flush()
     assert bench.exporter.spans == (2 * requests if sampled else 0)
+
+
+BATCH = 512  # the batch processor's default export batch
+
+
+@pytest.fixture(scope="module")
+def batch() -> list[ReadableSpan]:
+    """BATCH spans as the `on` variant makes them (a request span and an attempt span each)."""
+    b = Bench(1.0)
+    b.exporter.keep = BATCH
+    try:
+        for _ in range(BATCH // 2):
+            b.one()
+        assert b.tracing is not None
+        b.tracing.provider.force_flush()
+    finally:
+        b.close()
+    assert len(b.exporter.kept) == BATCH
+    return b.exporter.kept
+
+
+@pytest.mark.benchmark(group="tracing-encode")
+@pytest.mark.parametrize("encoder", ["sdk", "wire"])
+def test_otlp_encode(
+    benchmark: Any, per_event: PerEvent, batch: list[ReadableSpan], encoder: str
+) -> None:
+    per_event(BATCH)  # per span
+    encode: Callable[[list[ReadableSpan]], bytes] = (
+        (lambda spans: encode_spans(spans).SerializePartialToString())
+        if encoder == "sdk"
+        else export_request
+    )
+    body = benchmark(encode, batch)
+    decoded = ExportTraceServiceRequest.FromString(body)
+    assert sum(len(s.spans) for r in decoded.resource_spans for s in r.scope_spans) == BATCH
