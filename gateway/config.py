@@ -23,6 +23,9 @@ import msgspec
 from gateway import config_check
 from gateway import config_convert
 from gateway import config_parse
+from gateway.cache.config import CacheConfig
+from gateway.cache.config import ModelCache
+from gateway.cache.config import cache_problems
 
 # re-exported: the rest of the gateway reads these names from here
 from gateway.config_base import ProviderBase as ProviderBase
@@ -136,6 +139,7 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     targets: list[Target]
     tools: Literal["native", "emulate"] = "native"
     price: Price | None = None
+    cache: ModelCache | None = None  # None: the global `cache` settings
 
 
 class VirtualKeyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -163,6 +167,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     keys: list[VirtualKeyConfig] = []
     request_log: RequestLogConfig | None = None  # None: no request log
     tracing: TracingConfig | None = None  # None: no traces
+    cache: CacheConfig = msgspec.field(default_factory=CacheConfig)  # the response cache
 
 
 class ConfigError(Exception):
@@ -215,6 +220,11 @@ def parse_config(text: str, env: Mapping[str, str], source: str = "<config>") ->
             if not any(_related(path, other) for other in reported)
         )
         problems.extend(observe_problems(config.request_log, config.tracing, config.store.url, env))
+        overrides = [
+            (i, m.cache) for i, m in enumerate(config.models) if isinstance(m, ModelConfig)
+        ]
+        if isinstance(config.cache, CacheConfig):
+            problems.extend(cache_problems(config.cache, overrides, config.store.url))
     if problems or not isinstance(config, Config):
         ordered = config_parse.in_file_order(problems, tree.positions)
         raise ConfigError([config_parse.format_problem(p, source) for p in ordered], source)

@@ -1,0 +1,52 @@
+"""The `cache` section: off by default, every problem named with its path."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.config import ConfigError
+from gateway.config import parse_config
+
+BASE = """
+store: {url: "memory://"}
+providers: [{name: m, kind: mock}]
+models:
+  - {name: a, targets: [{provider: m, model: mock}]}
+"""
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, {})
+    return info.value.problems
+
+
+def test_off_by_default() -> None:
+    config = parse_config(BASE, {})
+    assert config.cache.mode == "off"
+    assert config.models[0].cache is None
+
+
+@pytest.mark.parametrize(
+    ("section", "expected"),
+    [
+        ("{mode: exact, ttl_s: 0, store: memory}", "cache.ttl_s: must be more than 0"),
+        ("{mode: exact, max_entry_bytes: 0, store: memory}", "cache.max_entry_bytes"),
+        ("{mode: exact, max_bytes: 10, store: memory}", "at least max_entry_bytes"),
+        ("{mode: semantic, store: memory}", "semantic mode is not available yet"),
+        ("{mode: exact, store: sqlite}", "store sqlite needs a sqlite:/// URL"),
+        ("{mode: exact, store: redis}", "store redis needs a redis:// or rediss:// URL"),
+        ("{mode: sometimes}", "cache.mode"),
+        ("{mode: exact, color: blue}", "cache.color"),
+    ],
+)
+def test_problems_name_their_path(section: str, expected: str) -> None:
+    found = problems(BASE + f"cache: {section}\n")
+    assert any(expected in p for p in found), found
+
+
+def test_sqlite_uses_the_store_url_or_its_own() -> None:
+    text = BASE.replace('"memory://"', '"sqlite:///:memory:"') + "cache: {mode: exact}\n"
+    assert parse_config(text, {}).cache.store == "sqlite"
+    own = BASE + 'cache: {mode: exact, store: sqlite, url: "sqlite:///:memory:"}\n'
+    assert parse_config(own, {}).cache.url == "sqlite:///:memory:"
