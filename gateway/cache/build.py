@@ -1,0 +1,22 @@
+"""The cache of a config: None when no model caches (the request path then checks for None
+and does nothing else)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gateway.cache.service import ResponseCache
+from gateway.cache.store import make_store
+from gateway.store.kv import KeyValueStore
+
+if TYPE_CHECKING:
+    from gateway.config import Config
+
+
+def build_cache(config: Config, kv: KeyValueStore) -> ResponseCache | None:
+    models = {m.name: m.cache for m in config.models}
+    modes = {config.cache.mode} | {c.mode for c in models.values() if c is not None and c.mode}
+    if modes <= {"off"}:
+        return None
+    store = make_store(config.cache, config.store.url, kv)
+    return ResponseCache(config.cache, models, store)
