@@ -1,7 +1,7 @@
 """Profile the gateway's hot path under a bounded wrk load (the bench.load setup).
 
     python -m bench.micro.profile_gateway --mode non-stream|stream [--profiler py-spy|cprofile]
-        [--connections 16] [--duration 10] [--out DIR] [--native] [--full]
+        [--connections 16] [--duration 10] [--out DIR] [--native] [--full [--observe MODE]]
 
 Starts bench.fake_upstream and the gateway exactly as bench.load does (OpenAI-kind provider
 pointing at the fake upstream, the two pinned to different CPUs when there are two), checks
@@ -42,6 +42,7 @@ from bench.load import gateway_config
 from bench.load import request_body
 from bench.load_full import create_key
 from bench.load_full import full_config
+from bench.load_full import observe_config
 from bench.load_procs import Pinning
 from bench.load_procs import Service
 from bench.load_procs import free_port
@@ -72,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--full", action="store_true", help="bench.load --full's config (sqlite, virtual key)"
     )
+    parser.add_argument(
+        "--observe",
+        choices=("none", "log-sqlite", "tracing"),
+        default="none",
+        help="with --full: the request log or tracing on, as bench.load --observe",
+    )
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "gw-profile")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -100,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         config = workdir / "gateway.yaml"
         store = workdir / "gateway.db"
         full = full_config(gw_port, up_port, store, GATEWAY_MODEL, UPSTREAM_MODEL)
+        if args.full:
+            full += observe_config(args.observe, workdir, up_port, None)
         config.write_text(full if args.full else gateway_config(gw_port, up_port))
         prof = args.out / f"{args.mode}.prof"
         python = [sys.executable]

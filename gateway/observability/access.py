@@ -39,7 +39,7 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.request_entry import AttemptEntry
 
 if TYPE_CHECKING:
-    from gateway.observability.tracing import RequestTrace
+    from gateway.observability.request_trace import RequestTrace
     from gateway.stream.accumulator import StreamAccumulator
 
 UNOBSERVED = frozenset({"/metrics", "/healthz", "/readyz"})
@@ -70,6 +70,8 @@ class RequestRecord:
 
     __slots__ = (
         "attempts",
+        "cache",
+        "cache_saved_usd",
         "cached_tokens",
         "cost_usd",
         "error",
@@ -124,6 +126,8 @@ class RequestRecord:
         self.request_body: bytes | None = None  # the client's body (request_log.bodies)
         # the answer's body, or (a stream) the accumulator it is made from when needed
         self.response_body: bytes | StreamAccumulator | None = None
+        self.cache: str | None = None  # hit | miss | bypass: the response cache's answer
+        self.cache_saved_usd: float | None = None  # a hit: what its answer cost first
 
 
 RECORD = web.RequestKey("request_record", RequestRecord)

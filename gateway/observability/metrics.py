@@ -242,6 +242,18 @@ class GatewayMetrics:
             [],
             LAG_BUCKETS,
         )
+        self.cache_requests = family(
+            "gateway_cache_requests_total",
+            "counter",
+            "Inference requests the response cache was asked about: hit, miss or bypass",
+            ["model", "result"],
+        )
+        self.cache_saved_usd = family(
+            "gateway_cache_saved_usd_total",
+            "counter",
+            "US dollars cache hits saved (what their answers cost when first served)",
+            ["model"],
+        )
         self._series: dict[tuple[str, str, str], RequestSeries] = {}
         for reason in REJECTION_REASONS:
             self.rejections.counter(reason)
@@ -287,6 +299,12 @@ class GatewayMetrics:
 
     def rejection_for(self, reason: str) -> Counter:
         return self.rejections.counter(reason)
+
+    def cache_request_for(self, model: str, result: str) -> Counter:
+        return self.cache_requests.counter(self.model_label(model), result)
+
+    def cache_saved_for(self, model: str) -> Counter:
+        return self.cache_saved_usd.counter(self.model_label(model))
 
     def exposition(self) -> bytes:
         return self.registry.exposition()

@@ -60,6 +60,7 @@ class RequestEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     reasoning_tokens: int | None = None
     cost_usd: float | None = None
     cache: str | None = None  # hit | miss | bypass, when the response cache was asked
+    cache_saved_usd: float | None = None  # a hit: what its answer cost when first served
     ttft_s: float | None = None
     overhead_s: float | None = None
     error: str | None = None  # the error's code (or type)

@@ -255,6 +255,8 @@ def entry_of(
         cached_tokens=record.cached_tokens,
         reasoning_tokens=record.reasoning_tokens,
         cost_usd=record.cost_usd,
+        cache=record.cache,
+        cache_saved_usd=record.cache_saved_usd,
         ttft_s=None if ttft is None else round(ttft, 6),
         overhead_s=None if overhead is None else round(overhead, 6),
         error=record.error,

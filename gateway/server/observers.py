@@ -40,7 +40,7 @@ _finish_decoder = msgspec.json.Decoder(_Finish)
 _completion_encoder = msgspec.json.Encoder()
 
 if TYPE_CHECKING:
-    from gateway.observability.tracing import RequestTrace
+    from gateway.observability.request_trace import RequestTrace
     from gateway.observability.tracing import Tracing
 
 

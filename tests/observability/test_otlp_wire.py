@@ -5,8 +5,10 @@ opentelemetry-proto and compared field by field."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -15,6 +17,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link
 from opentelemetry.trace import SpanContext
@@ -24,7 +28,11 @@ from opentelemetry.trace import StatusCode
 from opentelemetry.trace import TraceFlags
 from opentelemetry.trace import TraceState
 
+from gateway.config_observe import TracingConfig
 from gateway.observability import otlp_wire
+from gateway.observability.request_trace import WiredSpan
+from gateway.observability.tracing import Tracing
+from tests.observability.test_tracing import FakeAttempt
 
 RESOURCES = [
     Resource.create({"service.name": "gateway"}),
@@ -121,3 +129,72 @@ def test_a_repeated_key_value_is_encoded_once_and_the_cache_is_bounded() -> None
 def test_a_bool_and_an_int_of_the_same_value_are_not_confused() -> None:
     assert otlp_wire.key_value("flag", True) != otlp_wire.key_value("flag", 1)
     assert otlp_wire.key_value("flag", 1) == b"\x0a\x04flag\x12\x02\x18\x01"
+
+
+class Keeping(SpanExporter):
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans += spans
+        return SpanExportResult.SUCCESS
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"traceparent": f"00-{'ab' * 16}-{'cd' * 8}-01", "tracestate": "vendor=v1,other=x"},
+    ],
+)
+def test_the_spans_a_request_makes_carry_the_encoding_of_their_values(
+    headers: dict[str, str],
+) -> None:
+    """The gateway's spans come encoded as they end (WiredSpan.wire): that encoding is the
+    message the SDK's encoder makes of the same ReadableSpan, content events and errors
+    included."""
+    from tests.observability.test_tracing import one_failover
+    from tests.observability.test_tracing import providers
+
+    keeping = Keeping()
+    config = TracingConfig(otlp_endpoint="http://127.0.0.1:9", content=True)
+    tracing = Tracing.from_config(config, {}, exporter=keeping)
+    trace = tracing.start_request(headers, "/v1/chat/completions", "POST")
+    trace.prompt("the prompt, with an é")
+    trace.completion("an answer")
+    one_failover(trace)
+    failing = tracing.start_request({}, "/v1/embeddings", "POST")
+    failing.attempt_started(FakeAttempt(providers()["up"], "emb"))  # type: ignore[arg-type]
+    failing.finish(
+        status=502,
+        model=None,
+        provider=None,
+        response_model=None,
+        input_tokens=None,
+        output_tokens=None,
+        finish_reason=None,
+        error="upstream_unreachable",
+        operation="embeddings",
+    )
+    assert tracing.shutdown(5.0)
+    assert len(keeping.spans) == 5
+    assert all(isinstance(s, WiredSpan) for s in keeping.spans)
+    ours = decoded(otlp_wire.export_request(keeping.spans))
+    theirs = decoded(encode_spans(keeping.spans).SerializePartialToString())
+    assert ours == theirs
+    assert [s.name for r in ours.resource_spans for ss in r.scope_spans for s in ss.spans] == [
+        "chat gpt-x",
+        "chat claude-y",
+        "chat smart",
+        "embeddings emb",
+        "POST /v1/embeddings",
+    ]
+
+
+def test_tuples_of_bools_and_ints_that_compare_equal_stay_apart() -> None:
+    fields = [
+        otlp_wire.attributes(b"\x4a", {"t": value}) for value in [(True,), (1,), (1.0,), ("1",)]
+    ]
+    assert len(set(fields)) == 4
+    again = [otlp_wire.attributes(b"\x4a", {"t": value}) for value in [(1,), (True,)]]
+    assert again == [fields[1], fields[0]]

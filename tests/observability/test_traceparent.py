@@ -7,7 +7,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from gateway.observability.tracing import parse_traceparent
+from gateway.observability.request_trace import parse_traceparent
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SPAN = "00f067aa0ba902b7"

@@ -19,7 +19,7 @@ from gateway.config import parse_config
 from gateway.config_observe import TracingConfig
 from gateway.observability import tracing as tracing_module
 from gateway.observability.export_logs import _OncePerInterval
-from gateway.observability.tracing import RequestTrace
+from gateway.observability.request_trace import RequestTrace
 from gateway.observability.tracing import Tracing
 from tests.observability.otlp_receiver import OTLPReceiver
 from tests.observability.otlp_receiver import Received
