@@ -136,5 +136,7 @@ def _health_sync(app: web.Application) -> AsyncIterator[None]:
 async def _close_pool(app: web.Application) -> None:
     state = app[STATE]
     state.pool.close()
+    if state.cache is not None:
+        await state.cache.close()
     await state.kv.close()
     await app[ACCOUNTING].ledger.close()

@@ -160,6 +160,20 @@ class Accounting:
         _refuse_dead_key(record, time.time())
         return record
 
+    async def permit_hit(self, principal: Principal, model: str) -> KeyRecord | None:
+        """May this key be answered for `model` from the response cache? A hit reserves and
+        spends nothing, but a key that is unknown, revoked or expired, or may not use the
+        model, is refused as `admit` would refuse it (a cached answer is still the model's
+        answer). Rate limits do not count hits: they send nothing upstream."""
+        if not principal.secret_hash:
+            return None
+        record = await self.key_of(principal)
+        if record is not None and record.models is not None and model not in record.models:
+            raise PermissionDenied(
+                f"This key may not use the model '{model}'", param="model", code="model_not_allowed"
+            )
+        return record
+
     # --- before the upstream -------------------------------------------------------------
 
     async def admit(

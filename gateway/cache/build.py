@@ -19,4 +19,4 @@ def build_cache(config: Config, kv: KeyValueStore) -> ResponseCache | None:
     if modes <= {"off"}:
         return None
     store = make_store(config.cache, config.store.url, kv)
-    return ResponseCache(config.cache, models, store)
+    return ResponseCache(config.cache, models, store, deadline_s=config.routing.deadline_s)

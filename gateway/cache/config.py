@@ -2,7 +2,8 @@
 
 `mode: off` is the default: nothing of the cache is built and the request path pays one
 `is None` check. `store: sqlite | redis` use `cache.url`, else the gateway's `store.url` when
-it is of that kind; `store: memory` is this process's own, bounded by `max_bytes`.
+it is of that kind; `store: memory` is this process's own. Memory and sqlite are bounded by
+`max_bytes`; redis by its own `maxmemory`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class CacheConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     max_entry_bytes: int = 1_048_576  # an answer larger than this (encoded) is not stored
     store: Literal["memory", "sqlite", "redis"] = "sqlite"
     url: str | None = None  # sqlite:///PATH or redis://...; None: store.url (same kind)
-    max_bytes: int = 256 * 1_048_576  # the memory store's bound (compressed entries)
+    max_bytes: int = 256 * 1_048_576  # memory and sqlite stores' bound (stored bytes)
     namespace: Literal["key", "shared"] = "key"  # key: each virtual key its own entries
     # how long an identical request waits for one already upstream before going itself
     wait_s: float = 30.0

@@ -8,7 +8,8 @@ Per request (`lookup`): `Cache-Control: no-store` bypasses both ways, `no-cache`
 lookup but stores the answer, `x-gateway-cache-ttl` sets this entry's lifetime; a model whose
 mode is off, or a request for several choices, bypasses. A miss whose key is already being
 answered upstream by another request of this process waits for it (at most `wait_s`) and is
-answered from its entry; if that one fails (or takes too long) it goes upstream itself. A
+answered from its entry (at most `wait_s`, and never past `routing.deadline_s`); if that
+one fails (or takes too long) it goes upstream itself. A
 store that fails is a miss (or an entry not kept), logged, never the request's error.
 """
 
@@ -73,10 +74,16 @@ class ResponseCache:
     """The exact-mode cache of one gateway config."""
 
     def __init__(
-        self, config: CacheConfig, models: Mapping[str, ModelCache | None], store: CacheStore
+        self,
+        config: CacheConfig,
+        models: Mapping[str, ModelCache | None],
+        store: CacheStore,
+        deadline_s: float = math.inf,
     ) -> None:
         self.config = config
         self.store = store
+        # a waiter never waits past the deadline its request would have had upstream
+        self._wait_s = min(config.wait_s, deadline_s)
         self._modes: dict[str, tuple[bool, float]] = {}
         for name, override in models.items():
             mode = (override.mode if override else None) or config.mode
@@ -86,6 +93,10 @@ class ResponseCache:
         self._inflight: dict[str, asyncio.Future[CachedAnswer | None]] = {}
 
     def namespace(self, kind: str, secret_hash: str) -> str:
+        """Whose entries a request may see: its virtual key's own, or (`shared`) every
+        virtual key's; the master key's are always its own."""
+        if kind == "master":
+            return "master"
         if self.config.namespace == "shared":
             return "shared"
         return f"{kind}:{secret_hash}"
@@ -135,10 +146,10 @@ class ResponseCache:
     async def _wait_for(self, pending: asyncio.Future[CachedAnswer | None]) -> CachedAnswer | None:
         """The answer of the request of this process already upstream for this key, if it
         comes within `wait_s` (None: go upstream)."""
-        if self.config.wait_s <= 0:
+        if self._wait_s <= 0:
             return None
         try:
-            return await asyncio.wait_for(asyncio.shield(pending), self.config.wait_s)
+            return await asyncio.wait_for(asyncio.shield(pending), self._wait_s)
         except TimeoutError:
             return None
 

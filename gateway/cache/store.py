@@ -1,6 +1,7 @@
 """Where entries live: this process's memory (bounded by bytes, least recently used first
-out), or the gateway's key-value stores (sqlite: the embedded default, expiry by the
-store's wall clock; redis: expiry by redis, shared by every replica).
+out), a sqlite file (the embedded default: a table of its own, expiry by the wall clock and
+bounded by bytes, sqlite_store.py), or redis through the gateway's key-value store (expiry by
+redis, shared by every replica; its bound is redis's own `maxmemory`).
 
 A store that fails raises `StoreError` (gateway/store/kv.py); the cache turns that into a
 miss (service.py), never into the request's error.
@@ -13,8 +14,10 @@ from collections import OrderedDict
 from typing import Protocol
 
 from gateway.cache.config import CacheConfig
+from gateway.cache.sqlite_store import SqliteCacheStore
 from gateway.store.kv import KeyValueStore
 from gateway.store.kv import make_kv
+from gateway.store.kv import sqlite_path
 
 KEY_PREFIX = "cache:"
 
@@ -92,7 +95,9 @@ def make_store(config: CacheConfig, store_url: str, shared: KeyValueStore) -> Ca
     store (`store.url`), used when the cache names no URL of its own."""
     if config.store == "memory":
         return MemoryCacheStore(config.max_bytes)
-    url = config.url
-    if url is None or url == store_url:
+    url = config.url or store_url
+    if config.store == "sqlite":
+        return SqliteCacheStore(sqlite_path(url), config.max_bytes)
+    if url == store_url:
         return KVCacheStore(shared, owned=False)
     return KVCacheStore(make_kv(url), owned=True)

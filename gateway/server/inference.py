@@ -26,6 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.accounting.prices import cost_nanos
 from gateway.accounting.prices import usd_text
 from gateway.accounting.service import ACCOUNTING
 from gateway.accounting.service import Accounting
@@ -35,6 +36,12 @@ from gateway.accounting.service import Ticket
 from gateway.accounting.usage import estimated_usage
 from gateway.accounting.usage import output_cap
 from gateway.accounting.usage import tokens_of_chars
+from gateway.cache.serve import answer_hit
+from gateway.cache.serve import keep
+from gateway.cache.serve import look_up
+from gateway.cache.service import CACHE_HEADER
+from gateway.cache.service import Lookup
+from gateway.cache.service import ResponseCache
 from gateway.emulation.request import ToolEmulation
 from gateway.emulation.request import emulate_tools
 from gateway.errors import GatewayError
@@ -89,12 +96,14 @@ async def serve_chat(
     outbound: Outbound | None = None,
     native: NativeRequest | None = None,
     history_chars: int = 0,
+    api: str = "chat",
 ) -> web.StreamResponse:
     """Plan the attempts for `chat.model` and run the actor; `body` is the canonical request
     as JSON (what an OpenAI-compatible upstream is sent), `outbound` the client's API (chat
     when None), `native` the client's own request for upstreams that speak its API,
     `history_chars` the size of stored history the upstream is sent besides the body (a
-    Responses `previous_response_id`): the reservation's prompt estimate counts both.
+    Responses `previous_response_id`): the reservation's prompt estimate counts both;
+    `api` names the inbound API (the response cache keys by it).
 
     A chat request is checked against `server.limits` here (the other APIs check their own
     requests, in their terms); every request holds a concurrency slot until it ends. (One
@@ -106,6 +115,7 @@ async def serve_chat(
     principal = request[PRINCIPAL]
     slots = app[SLOTS]
     slot = slots.take(principal)
+    lookup: Lookup | None = None
     try:
         accounting = app[ACCOUNTING]
         record = request.get(RECORD)
@@ -124,6 +134,34 @@ async def serve_chat(
         if outbound is None:
             options = chat.stream_options
             outbound = ChatOutbound(bool(options and options.include_usage))
+        cache = state.cache
+        if cache is not None:  # before admission: a hit reserves nothing, sends nothing
+            lookup = await look_up(
+                request,
+                cache,
+                api=api,
+                namespace=cache.namespace(principal.kind, principal.secret_hash),
+                model=chat.model,
+                targets=[f"{a.provider.name}/{a.model}" for a in plan],
+                body=body,
+                native=native.body if native is not None else None,
+                metrics=router.metrics,
+                record=record,
+            )
+            if lookup.answer is not None:
+                key = await accounting.permit_hit(principal, chat.model)
+                if record is not None and key is not None:
+                    record.key, record.key_id = key.name, key.id
+                return await answer_hit(
+                    request,
+                    lookup.answer,
+                    outbound,
+                    stream=bool(chat.stream),
+                    request_id=request[REQUEST_ID],
+                    model=chat.model,
+                    metrics=router.metrics,
+                    record=record,
+                )
         ticket = await accounting.admit(
             principal,
             model=chat.model,
@@ -141,7 +179,18 @@ async def serve_chat(
         if record is not None and ticket.key is not None:
             record.key, record.key_id = ticket.key.name, ticket.key.id
         on_answer = _stream_settler(accounting, ticket, record, outbound)
-        actor = _actor(request, state, chat, body, plan, outbound, native, emulation, on_answer)
+        actor = _actor(
+            request,
+            state,
+            chat,
+            body,
+            plan,
+            outbound,
+            native,
+            emulation,
+            on_answer,
+            cache_result=lookup.result if lookup is not None else None,
+        )
         streams = None
         if chat.stream:
             route = record.route if record is not None else OTHER_ROUTE
@@ -177,9 +226,40 @@ async def serve_chat(
                 response.headers[COST_HEADER] = usd_text(settled.cost_nanos)
                 if settled.estimated:
                     response.headers[ESTIMATED_HEADER] = "true"
+        if lookup is not None:
+            await _keep(accounting, state.cache, lookup, outcome, chat.model, emulation)
         return response
     finally:
+        if lookup is not None and state.cache is not None:
+            state.cache.abandon(lookup)  # ended without an answer: its waiters go upstream
         slots.give_back(slot)
+
+
+async def _keep(
+    accounting: Accounting,
+    cache: ResponseCache | None,
+    lookup: Lookup,
+    outcome: StreamOutcome,
+    model: str,
+    emulation: ToolEmulation | None,
+) -> None:
+    """A served request's answer, to the cache (it decides whether it is complete)."""
+    attempt = outcome.attempt
+    if cache is None or attempt is None:
+        return
+    target = accounting.target(attempt.provider, attempt.model)
+    price = accounting.price(model, target)
+    usage = outcome.usage
+    cost = cost_nanos(usage, price) if usage is not None and price is not None else 0
+    await keep(
+        cache,
+        lookup,
+        outcome,
+        emulated=emulation is not None,
+        provider=attempt.provider.name,
+        upstream_model=attempt.model,
+        cost_nanos=cost,
+    )
 
 
 def _actor(
@@ -192,18 +272,23 @@ def _actor(
     native: NativeRequest | None,
     emulation: ToolEmulation | None,
     on_answer: Callable[[StreamOutcome], Awaitable[None]],
+    *,
+    cache_result: str | None = None,
 ) -> StreamActor:
     request_id = request[REQUEST_ID]
     record = request.get(RECORD)
     journal = tracer = None
     if record is not None and record.journal is not None:
         journal, tracer = record.journal, record.trace
+    headers = {"x-request-id": request_id}
+    if cache_result is not None:
+        headers[CACHE_HEADER] = cache_result
     job = ChatJob(
         request=chat,
         body=body,
         plan=plan,
         request_id=request_id,
-        headers={"x-request-id": request_id},
+        headers=headers,
         deadline_s=state.config.routing.deadline_s,
         native=native,
         tool_emulation=emulation,

@@ -102,4 +102,4 @@ async def messages(request: web.Request) -> web.StreamResponse:
         headers = {BETA_HEADER: ",".join(beta)} if beta else {}
         native = NativeRequest(api=NATIVE_API, body=raw, headers=headers)
     outbound = MessagesOutbound(message_id="msg_" + request[REQUEST_ID], model=params.model)
-    return await serve_chat(request, chat, body, outbound=outbound, native=native)
+    return await serve_chat(request, chat, body, outbound=outbound, native=native, api=NATIVE_API)

@@ -81,6 +81,7 @@ RESTART_ONLY = (
     "store.url",
     "request_log",  # the log's writer and its sink are set up with the process
     "tracing",  # so is the tracer and its exporter
+    "cache",  # the response cache and its store (and each model's `cache`, below)
 )
 
 Signature = tuple[int, int, int, int]  # st_dev, st_ino, st_mtime_ns, st_size
@@ -181,11 +182,15 @@ def _field(config: Config, dotted: str) -> Any:
 
 def restart_only_changes(old: Config, new: Config) -> list[str]:
     # never the values: store.url may carry a password
-    return [
-        f"{dotted}: changes only with a restart; nothing was applied"
-        for dotted in RESTART_ONLY
-        if _field(old, dotted) != _field(new, dotted)
-    ]
+    changed = [dotted for dotted in RESTART_ONLY if _field(old, dotted) != _field(new, dotted)]
+    if _model_caches(old) != _model_caches(new):
+        changed.append("models[].cache")
+    return [f"{dotted}: changes only with a restart; nothing was applied" for dotted in changed]
+
+
+def _model_caches(config: Config) -> dict[str, object]:
+    """Each model's own cache settings: the response cache is built with the process."""
+    return {m.name: m.cache for m in config.models if m.cache is not None}
 
 
 def apply(app: web.Application, config: Config, source: ConfigSource) -> None:

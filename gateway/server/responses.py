@@ -122,4 +122,5 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         outbound=outbound,
         native=NativeRequest(api="responses", body=native_body),
         history_chars=history_chars,
+        api="responses",
     )

@@ -20,6 +20,8 @@ from typing import Protocol
 
 from aiohttp import web
 
+from gateway.cache.build import build_cache
+from gateway.cache.service import ResponseCache
 from gateway.config import Config
 from gateway.observability.request_entry import AttemptEntry
 from gateway.routing.router import Attempt
@@ -75,6 +77,8 @@ class GatewayState:
         self.pool = HttpPool()
         self.tokens = AccessTokens()
         self.kv: KeyValueStore = make_kv(config.store.url)
+        # None when no model caches: the request path's one check (gateway/cache/)
+        self.cache: ResponseCache | None = build_cache(config, self.kv)
         self.active: set[InFlight] = set()
         self.idle = asyncio.Event()  # set whenever no request is in flight
         self.idle.set()

@@ -75,6 +75,11 @@ class SqliteKV:
         await asyncio.get_running_loop().run_in_executor(self._thread, self._disconnect)
         self._thread.shutdown(wait=False)
 
+    async def run(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """`op` on this store's thread and connection (for tables of other modules' own in the
+        same file: gateway/cache/sqlite_store.py)."""
+        return await self._run(op)
+
     async def _run(self, op: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
             raise StoreUnavailable(f"sqlite store {self.path}: closed")
@@ -103,7 +108,7 @@ def _connect(path: str) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode = WAL")
         # With WAL, NORMAL loses at most the last commits on a power cut, never the file.
         conn.execute("PRAGMA synchronous = NORMAL")
-        with _transaction(conn):
+        with transaction(conn):
             for statement in _SCHEMA:
                 conn.execute(statement)
     except BaseException:
@@ -113,7 +118,7 @@ def _connect(path: str) -> sqlite3.Connection:
 
 
 @contextmanager
-def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+def transaction(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield
@@ -131,7 +136,7 @@ def _get(conn: sqlite3.Connection, key: str, now: float) -> bytes | None:
 
 
 def _put(conn: sqlite3.Connection, key: str, value: bytes, expires_at: float, now: float) -> None:
-    with _transaction(conn):
+    with transaction(conn):
         if expires_at > now:
             conn.execute(_UPSERT, (key, value, expires_at))
         else:

@@ -44,6 +44,7 @@ from gateway.errors import UpstreamProtocolError
 from gateway.errors import UpstreamTimeout
 from gateway.framing.registry import make_decoder
 from gateway.providers.base import TokenSource
+from gateway.providers.base import UnaryResult
 from gateway.providers.base import UpstreamCall
 from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
@@ -116,6 +117,7 @@ class StreamActor:
         self._task: asyncio.Task[Any] | None = None
         self._shutdown_reason: str | None = None
         self.usage: Usage | None = None
+        self.unary: UnaryResult | None = None  # a non-streamed upstream answer, as it came
         # How the current attempt ended when it still returned a response: the error a
         # committed stream ended with (an upstream's, or the shutdown's), or a client that
         # left (which says nothing about the key).
@@ -168,6 +170,7 @@ class StreamActor:
             stream_error=self.stream_error,
             usage=self.usage,
             accumulator=self.accumulator,
+            unary=self.unary,
             first_token_at=self.first_token_at,
             gateway_s=self.gateway_s,
         )
@@ -182,6 +185,7 @@ class StreamActor:
 
     async def send(self, attempt: Attempt) -> web.StreamResponse:
         self.stream_error, self._released, self.first_byte = None, False, 0.0
+        self.unary = None
         self.first_token_at, self.attempt_mark = 0.0, perf_counter()
         if self.stream:
             return await self._serve_stream(attempt)
@@ -258,7 +262,7 @@ class StreamActor:
         self.first_byte = self.loop.time()  # a non-streamed answer's first token
         self.first_token_at = mark = perf_counter()
         result = attempt.adapter.unary_result(call, data)
-        self.usage = result.usage
+        self.usage, self.unary = result.usage, result
         answer = self.outbound.unary(result)
         self.gateway_s += perf_counter() - mark
         return await self._respond(answer)

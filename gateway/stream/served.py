@@ -17,6 +17,7 @@ from gateway.emulation.request import ToolEmulation
 from gateway.errors import GatewayError
 from gateway.observability.request_entry import AttemptEntry
 from gateway.providers.base import NativeRequest
+from gateway.providers.base import UnaryResult
 from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.upstream.attempts import AttemptTracer
@@ -57,5 +58,6 @@ class StreamOutcome(msgspec.Struct, frozen=True, kw_only=True):
     # What was streamed, for the estimate when the upstream gave no usage (None: the answer
     # was passed through whole, and its body is the estimate's text)
     accumulator: StreamAccumulator | None
+    unary: UnaryResult | None = None  # a non-streamed upstream answer, as it came (the cache's)
     first_token_at: float  # when the served attempt's first output arrived (0: none)
     gateway_s: float  # the gateway's own time, upstream waits excluded

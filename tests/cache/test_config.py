@@ -6,6 +6,7 @@ import pytest
 
 from gateway.config import ConfigError
 from gateway.config import parse_config
+from gateway.server.reload import restart_only_changes
 
 BASE = """
 store: {url: "memory://"}
@@ -50,3 +51,20 @@ def test_sqlite_uses_the_store_url_or_its_own() -> None:
     assert parse_config(text, {}).cache.store == "sqlite"
     own = BASE + 'cache: {mode: exact, store: sqlite, url: "sqlite:///:memory:"}\n'
     assert parse_config(own, {}).cache.url == "sqlite:///:memory:"
+
+
+def test_the_cache_changes_only_with_a_restart() -> None:
+    model = "models: [{name: a, targets: [{provider: m, model: mock}]%s}]\n"
+    base = 'store: {url: "memory://"}\nproviders: [{name: m, kind: mock}]\n'
+    old = parse_config(base + "cache: {store: memory}\n" + model % "", {})
+    assert restart_only_changes(old, old) == []
+    turned_on = parse_config(base + "cache: {mode: exact, store: memory}\n" + model % "", {})
+    assert restart_only_changes(old, turned_on) == [
+        "cache: changes only with a restart; nothing was applied"
+    ]
+    one_model = parse_config(
+        base + "cache: {store: memory}\n" + model % ", cache: {mode: exact}", {}
+    )
+    assert restart_only_changes(old, one_model) == [
+        "models[].cache: changes only with a restart; nothing was applied"
+    ]

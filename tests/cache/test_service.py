@@ -79,7 +79,9 @@ async def test_namespaces_do_not_share() -> None:
     assert (await ask(c, namespace=c.namespace("virtual", "alice"))).result == "hit"
     assert (await ask(c, namespace=c.namespace("virtual", "bob"))).result == "miss"
     shared = cache(namespace="shared")
-    assert shared.namespace("virtual", "a") == shared.namespace("master", "")
+    assert shared.namespace("virtual", "a") == shared.namespace("virtual", "b")
+    assert shared.namespace("virtual", "a") != shared.namespace("master", "")  # its own
+    assert c.namespace("master", "") == "master" != c.namespace("open", "")
 
 
 async def test_several_choices_bypass() -> None:

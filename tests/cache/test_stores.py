@@ -5,7 +5,9 @@ being a miss."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
+from typing import Any
 
 from gateway.cache import entry as entries
 from gateway.cache.build import build_cache
@@ -13,6 +15,7 @@ from gateway.cache.config import CacheConfig
 from gateway.cache.entry import CachedAnswer
 from gateway.cache.entry import CachedCall
 from gateway.cache.service import ResponseCache
+from gateway.cache.sqlite_store import SqliteCacheStore
 from gateway.cache.store import KVCacheStore
 from gateway.cache.store import MemoryCacheStore
 from gateway.cache.store import make_store
@@ -20,7 +23,6 @@ from gateway.config import parse_config
 from gateway.store.kv import MemoryKV
 from gateway.store.kv import StoreUnavailable
 from gateway.store.redis_kv import RedisKV
-from gateway.store.sqlite_kv import SqliteKV
 from gateway.wire.openai_chat import Usage
 from tests.redis_server import RedisServer
 from tests.redis_server import redis_server
@@ -78,8 +80,8 @@ async def test_memory_store_expires() -> None:
 
 async def test_sqlite_store_on_a_real_file(tmp_path: Path) -> None:
     path = tmp_path / "cache.db"
-    one = KVCacheStore(SqliteKV(str(path)), owned=True)
-    two = KVCacheStore(SqliteKV(str(path)), owned=True)  # another worker of this machine
+    one = SqliteCacheStore(str(path), 1_000_000)
+    two = SqliteCacheStore(str(path), 1_000_000)  # another worker of this machine
     try:
         await one.put("k", entries.encode(ANSWER), 60)
         raw = await two.get("k")
@@ -88,6 +90,32 @@ async def test_sqlite_store_on_a_real_file(tmp_path: Path) -> None:
         await one.put("short", b"j{}", 0.05)
         await asyncio.sleep(0.08)
         assert await two.get("short") is None
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_sqlite_store_is_bounded_by_bytes_across_processes(tmp_path: Path) -> None:
+    path = str(tmp_path / "cache.db")
+    one, two = SqliteCacheStore(path, 10_000), SqliteCacheStore(path, 10_000)
+    try:
+        for i in range(30):  # 30 KB into a 10 KB bound, from two connections
+            store = one if i % 2 else two
+            await store.put(f"k{i}", bytes([i]) * 1000, 60 + i)  # later puts expire later
+        total = await one.total_bytes()
+        assert 9_000 <= total <= 10_000
+        assert await one.get("k29") == bytes([29]) * 1000  # the newest stays
+        assert await two.get("k0") is None  # the soonest to expire went first
+        await one.put("k29", b"x" * 10, 60)  # a smaller value: the total follows
+        assert await two.total_bytes() == total - 990
+        await one.put("huge", b"x" * 10_001, 60)  # larger than the bound: not kept
+        assert await one.get("huge") is None
+        await one.put("gone", b"x" * 100, 0.01)
+        await asyncio.sleep(0.03)
+        await one.put("next", b"y", 60)  # purges what expired
+        assert await one.get("gone") is None
+        rows = sqlite3.connect(path).execute("SELECT count(*) FROM response_cache").fetchone()
+        assert rows[0] <= 11
     finally:
         await one.close()
         await two.close()
@@ -116,11 +144,15 @@ def test_make_store_shares_the_gateway_store_unless_told_otherwise(tmp_path: Pat
     )
     url = f"sqlite:///{tmp_path}/gw.db"
     same = make_store(CacheConfig(store="sqlite"), url, shared)
-    assert isinstance(same, KVCacheStore)
-    assert same._kv is shared
+    assert isinstance(same, SqliteCacheStore)  # the gateway's file, a table of its own
+    assert same._db.path == f"{tmp_path}/gw.db"
     own = make_store(CacheConfig(store="sqlite", url=f"sqlite:///{tmp_path}/c.db"), url, shared)
-    assert isinstance(own, KVCacheStore)
-    assert own._kv is not shared
+    assert isinstance(own, SqliteCacheStore)
+    assert own._db.path == f"{tmp_path}/c.db"
+    redis = "redis://127.0.0.1:1/0"
+    on_redis = make_store(CacheConfig(store="redis"), redis, shared)
+    assert isinstance(on_redis, KVCacheStore)
+    assert on_redis._kv is shared
 
 
 def test_build_cache_only_when_some_model_caches() -> None:
@@ -148,8 +180,14 @@ class FailingStore:
 
 async def test_a_failing_store_is_a_miss_and_keeps_nothing() -> None:
     cache = ResponseCache(CacheConfig(mode="exact", store="memory"), {}, FailingStore())
-    args = {"api": "chat", "namespace": "n", "model": "m", "targets": [], "native": None}
-    lookup = await cache.lookup({}, chat={"messages": []}, **args)  # type: ignore[arg-type]
+    args: dict[str, Any] = {
+        "api": "chat",
+        "namespace": "n",
+        "model": "m",
+        "targets": [],
+        "native": None,
+    }
+    lookup = await cache.lookup({}, chat={"messages": []}, **args)
     assert lookup.result == "miss"
     await cache.finish(lookup, ANSWER)  # the put fails: logged, not raised
 
@@ -157,15 +195,21 @@ async def test_a_failing_store_is_a_miss_and_keeps_nothing() -> None:
 async def test_a_dead_redis_is_a_miss(redis_server: RedisServer) -> None:
     store = KVCacheStore(RedisKV(redis_server.url()), owned=True)
     cache = ResponseCache(CacheConfig(mode="exact", store="redis"), {}, store)
-    args = {"api": "chat", "namespace": "n", "model": "m", "targets": [], "native": None}
-    first = await cache.lookup({}, chat={"messages": []}, **args)  # type: ignore[arg-type]
+    args: dict[str, Any] = {
+        "api": "chat",
+        "namespace": "n",
+        "model": "m",
+        "targets": [],
+        "native": None,
+    }
+    first = await cache.lookup({}, chat={"messages": []}, **args)
     await cache.finish(first, ANSWER)
-    hit = await cache.lookup({}, chat={"messages": []}, **args)  # type: ignore[arg-type]
+    hit = await cache.lookup({}, chat={"messages": []}, **args)
     assert hit.result == "hit"
     redis_server.stop()
     try:
         missed = await asyncio.wait_for(
-            cache.lookup({}, chat={"messages": []}, **args),  # type: ignore[arg-type]
+            cache.lookup({}, chat={"messages": []}, **args),
             10,
         )
         assert missed.result == "miss"

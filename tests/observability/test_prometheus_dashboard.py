@@ -64,6 +64,7 @@ MIX: list[tuple[str, dict[str, Any], str | None, set[int]]] = [
     ("unknown-model", {"model": "no-such-model", "messages": HI}, None, {404}),
     ("budget", {"model": "chat", "messages": HI}, TINY_BUDGET_KEY, {429}),
     ("rpm", {"model": "chat", "messages": HI}, ONE_RPM_KEY, {200, 429}),
+    ("cached", {"model": "cached", "messages": HI}, None, {200}),
 ]  # fmt: skip
 
 
@@ -78,6 +79,8 @@ server: {{shutdown_grace_s: 2}}
 store: {{url: "memory://"}}
 # a queue of 3 flushed each second: records are written and, under the load, dropped
 request_log: {{flush_s: 1, queue_max: 3}}
+# one model caches (its identical requests are hits); the others' requests are bypasses
+cache: {{store: memory}}
 routing: {{cooldown_s: 0.05, auth_hold_s: 0.05, circuit_failures: 3, circuit_open_s: 0.05,
           circuit_max_open_s: 0.05}}
 providers:
@@ -101,6 +104,8 @@ models:
     price: {price}
   - {{name: down, targets: [{{provider: dead, model: fail-500}}]}}
   - {{name: refused, targets: [{{provider: picky, model: fail-400}}]}}
+  - {{name: cached, targets: [{{provider: main, model: text}}], price: {price},
+      cache: {{mode: exact}}}}
 keys:
   - {{name: tiny-budget, key: {TINY_BUDGET_KEY}, budget_usd: 0.000001}}
   - {{name: one-rpm, key: {ONE_RPM_KEY}, rpm: 1}}
