@@ -114,7 +114,8 @@ def parse_args(argv: list[str] | None) -> Settings:
         "--observe",
         choices=OBSERVE_MODES,
         default="none",
-        help="--full: the request log (log-sqlite, log-postgres) or tracing on",
+        help="--full: the request log (log-sqlite, log-postgres), tracing, or the response"
+        " cache answering every request (cache-hit) or none (cache-miss) on",
     )
     parser.add_argument(
         "--workers", type=int, default=1, help="gateway worker processes (not pinned when > 1)"
@@ -133,8 +134,8 @@ def parse_args(argv: list[str] | None) -> Settings:
         parser.error("--connections, --duration and --chunks must be positive")
     if args.workers < 1:
         parser.error("--workers must be positive")
-    if args.observe != "none" and not args.full:
-        parser.error("--observe needs --full")
+    if args.observe not in ("none", "cache-hit", "cache-miss") and not args.full:
+        parser.error("--observe needs --full (except the cache modes)")
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
     return Settings(
         duration_s=duration,
@@ -258,10 +259,15 @@ class LoadBench:
         if self.settings.full and self.settings.store == "redis":
             store = self._start_redis()
         observe = self.settings.observe
+        if observe == "cache-miss":
+            os.environ["BENCH_UNIQUE"] = "1"  # wrk_chat.lua: each request's text another
         postgres = self._start_postgres() if observe == "log-postgres" else None
         full = full_config(gw_port, up_port, store, GATEWAY_MODEL, UPSTREAM_MODEL)
         full += observe_config(observe, self.workdir, up_port, postgres)
-        config.write_text(full if self.settings.full else gateway_config(gw_port, up_port))
+        bare = gateway_config(gw_port, up_port) + observe_config(
+            observe, self.workdir, up_port, None
+        )
+        config.write_text(full if self.settings.full else bare)
         workers = self.settings.workers
         gateway = self._spawn(
             "gateway",

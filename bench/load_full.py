@@ -43,13 +43,16 @@ def full_config(port: int, upstream_port: int, store: Path | str, model: str, up
     )
 
 
-OBSERVE_MODES = ("none", "log-sqlite", "log-postgres", "tracing")
+OBSERVE_MODES = ("none", "log-sqlite", "log-postgres", "tracing", "cache-hit", "cache-miss")
+# the response cache in this process's memory: wrk's one request is a hit after the first
+# (cache-hit), or every request is another (cache-miss: bench/wrk_chat.lua's BENCH_UNIQUE)
+CACHE_CONFIG = "cache: {mode: exact, store: memory}\n"
 
 
 def observe_config(mode: str, workdir: Path, upstream_port: int, postgres_url: str | None) -> str:
     """What --observe adds to the config: the request log in its own sqlite file or in a
     PostgreSQL of the run's own, or traces of every request (sample_ratio 1) exported to the
-    fake upstream's /v1/traces."""
+    fake upstream's /v1/traces, or the response cache (cache-hit, cache-miss)."""
     if mode == "log-sqlite":
         return f'request_log: {{sink: "sqlite:///{workdir / "request-log.db"}"}}\n'
     if mode == "log-postgres":
@@ -58,6 +61,8 @@ def observe_config(mode: str, workdir: Path, upstream_port: int, postgres_url: s
         return (
             f'tracing: {{otlp_endpoint: "http://127.0.0.1:{upstream_port}", sample_ratio: 1.0}}\n'
         )
+    if mode in ("cache-hit", "cache-miss"):
+        return CACHE_CONFIG
     return ""
 
 
@@ -98,13 +103,20 @@ def accounting_report(chat_url: str, key_id: str, cells: list[Cell]) -> dict[str
     settled = sum(int(r.get("requests", 0)) for r in ours)
     with urllib.request.urlopen(base_url + "/metrics", timeout=10) as response:
         metrics = response.read().decode()
+    # a response-cache hit is charged nothing and settles nothing: it is counted there
+    hits = sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in metrics.splitlines()
+        if line.startswith("gateway_cache_requests_total{") and 'result="hit"' in line
+    )
     report: dict[str, object] = {
         "settled_requests": settled,
+        "cache_hits": hits,
         "answered_requests": answered,
         "spend_usd": sum(float(r.get("spend_usd", 0.0)) for r in ours),
         "metrics_request_series": metrics.count("gateway_requests_total{"),
     }
-    if settled < answered:
+    if settled + hits < answered:
         raise AdminError(f"fewer requests settled than answered: {report}")
     return report
 

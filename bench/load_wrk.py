@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import uuid
 from dataclasses import asdict
 from dataclasses import dataclass
 from dataclasses import field
@@ -82,6 +83,8 @@ def run_wrk(
         url,
     ]
     env = dict(os.environ, BENCH_BODY=body.decode())
+    if env.get("BENCH_UNIQUE"):  # every request of every run another: a prefix per run
+        env["BENCH_UNIQUE"] = uuid.uuid4().hex
     try:
         result = subprocess.run(
             argv,

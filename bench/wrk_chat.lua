@@ -3,10 +3,14 @@
 -- Environment:
 --   BENCH_BODY   the JSON request body, sent as is with every request (required)
 --   BENCH_KEY    the bearer token (default "bench"; bench.load --full sets a virtual key)
+--   BENCH_UNIQUE a prefix (one per wrk run): the first "hi" of the body becomes
+--                "hi <prefix> <n>", n counting the requests, so none repeats another (the
+--                response cache's misses: bench.load --observe cache-miss)
 --
--- The request is static (no request() or response() function), so wrk builds it once and
--- never calls into Lua per request: the load generator stays cheap. wrk measures latency from
--- writing the request to reading the last byte of the response (for SSE: the whole stream).
+-- Without BENCH_UNIQUE the request is static (no request() or response() function), so
+-- wrk builds it once and never calls into Lua per request: the load generator stays cheap.
+-- wrk measures latency from writing the request to reading the last byte of the response
+-- (for SSE: the whole stream).
 --
 -- Output, in done(): one line "BENCH_WRK_JSON {...}" with latencies in microseconds,
 -- duration in microseconds and wrk's error counters. wrk counts every response with a
@@ -21,6 +25,19 @@ wrk.method = "POST"
 wrk.body = body
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer " .. (os.getenv("BENCH_KEY") or "bench")
+
+local unique = os.getenv("BENCH_UNIQUE")
+if unique ~= nil and unique ~= "" then
+  local head, tail = body:match('^(.-"hi)(".*)$')
+  if head == nil then
+    error('BENCH_UNIQUE: the body has no "hi" to vary')
+  end
+  local n = 0
+  function request()
+    n = n + 1
+    return wrk.format(nil, nil, nil, head .. " " .. unique .. " " .. n .. tail)
+  end
+end
 
 function done(summary, latency, requests)
   local errors = summary.errors

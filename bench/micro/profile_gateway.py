@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--observe",
-        choices=("none", "log-sqlite", "tracing"),
+        choices=("none", "log-sqlite", "tracing", "cache-hit"),
         default="none",
-        help="with --full: the request log or tracing on, as bench.load --observe",
+        help="with --full: the request log, tracing or the cache on, as bench.load --observe",
     )
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "gw-profile")
     args = parser.parse_args(argv)

@@ -21,9 +21,11 @@ def test_every_mode_makes_a_config_the_gateway_serves(mode: str, tmp_path: Path)
     config = parse_config(text, env={})
     assert (config.request_log is not None) == mode.startswith("log-")
     assert (config.tracing is not None) == (mode == "tracing")
+    assert (config.cache.mode == "exact") == mode.startswith("cache-")
 
 
 def test_observe_needs_full() -> None:
     with pytest.raises(SystemExit):
         parse_args(["--observe", "tracing"])
     assert parse_args(["--full", "--observe", "log-sqlite"]).observe == "log-sqlite"
+    assert parse_args(["--observe", "cache-hit"]).observe == "cache-hit"  # bare gateway too
