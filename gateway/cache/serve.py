@@ -9,6 +9,8 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.accounting.prices import cost_nanos
+from gateway.accounting.service import Accounting
 from gateway.cache.entry import CachedAnswer
 from gateway.cache.replay import answer_of_outcome
 from gateway.cache.replay import serve_hit
@@ -89,19 +91,24 @@ async def answer_hit(
 
 
 async def keep(
-    cache: ResponseCache,
+    accounting: Accounting,
+    cache: ResponseCache | None,
     lookup: Lookup,
-    outcome: StreamOutcome | None,
-    *,
+    outcome: StreamOutcome,
+    model: str,
     emulated: bool,
-    provider: str,
-    upstream_model: str,
-    cost_nanos: int,
 ) -> None:
-    """The request ended: its answer (when complete) to its waiters and the store."""
-    answer = answer_of_outcome(outcome, emulated) if outcome is not None else None
+    """The request ended: its answer (when complete) to its waiters and the store, with who
+    served it and what it cost (what each later hit saves)."""
+    attempt = outcome.attempt
+    if cache is None or attempt is None:
+        return
+    answer = answer_of_outcome(outcome, emulated)
     if answer is not None:
+        price = accounting.price(model, accounting.target(attempt.provider, attempt.model))
+        usage = outcome.usage
+        cost = cost_nanos(usage, price) if usage is not None and price is not None else 0
         answer = stamped(
-            answer, provider=provider, upstream_model=upstream_model, cost_nanos=cost_nanos
+            answer, provider=attempt.provider.name, upstream_model=attempt.model, cost_nanos=cost
         )
     await cache.finish(lookup, answer)

@@ -26,7 +26,6 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.accounting.prices import cost_nanos
 from gateway.accounting.prices import usd_text
 from gateway.accounting.service import ACCOUNTING
 from gateway.accounting.service import Accounting
@@ -41,7 +40,6 @@ from gateway.cache.serve import keep
 from gateway.cache.serve import look_up
 from gateway.cache.service import CACHE_HEADER
 from gateway.cache.service import Lookup
-from gateway.cache.service import ResponseCache
 from gateway.emulation.request import ToolEmulation
 from gateway.emulation.request import emulate_tools
 from gateway.errors import GatewayError
@@ -227,39 +225,12 @@ async def serve_chat(
                 if settled.estimated:
                     response.headers[ESTIMATED_HEADER] = "true"
         if lookup is not None:
-            await _keep(accounting, state.cache, lookup, outcome, chat.model, emulation)
+            await keep(accounting, state.cache, lookup, outcome, chat.model, emulation is not None)
         return response
     finally:
         if lookup is not None and state.cache is not None:
             state.cache.abandon(lookup)  # ended without an answer: its waiters go upstream
         slots.give_back(slot)
-
-
-async def _keep(
-    accounting: Accounting,
-    cache: ResponseCache | None,
-    lookup: Lookup,
-    outcome: StreamOutcome,
-    model: str,
-    emulation: ToolEmulation | None,
-) -> None:
-    """A served request's answer, to the cache (it decides whether it is complete)."""
-    attempt = outcome.attempt
-    if cache is None or attempt is None:
-        return
-    target = accounting.target(attempt.provider, attempt.model)
-    price = accounting.price(model, target)
-    usage = outcome.usage
-    cost = cost_nanos(usage, price) if usage is not None and price is not None else 0
-    await keep(
-        cache,
-        lookup,
-        outcome,
-        emulated=emulation is not None,
-        provider=attempt.provider.name,
-        upstream_model=attempt.model,
-        cost_nanos=cost,
-    )
 
 
 def _actor(
