@@ -9,7 +9,8 @@ traceparent for the upstream request.
 - `off`: no `tracing` section; the middleware is built without observers, so none of the
   tracing code runs (the only difference from a gateway before tracing is an `is not None`).
 - `on`: tracing configured, every request sampled: a SERVER and a CLIENT span per request,
-  handed to the SDK's batch processor (its exporter, on its own thread, counts them).
+  handed to the SDK's batch processor as the WireSpans production queues (its exporter,
+  the gateway's own, on the processor's thread, counts them).
 - `on-unsampled`: `sample_ratio: 0`: spans decided and dropped, the traceparent still made.
 
 - `encode`: what the batch processor's thread spends per span on the OTLP body (on the same
@@ -43,6 +44,7 @@ from gateway.app import build_app
 from gateway.config import parse_config
 from gateway.config_observe import TracingConfig
 from gateway.observability.access import RECORD
+from gateway.observability.otlp_exporter import WireOTLPSpanExporter
 from gateway.observability.otlp_wire import export_request
 from gateway.observability.tracing import Tracing
 from gateway.server.errors import gateway_middleware
@@ -73,16 +75,33 @@ class CountingExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-class Bench:
-    """One mocked request through the middleware, on a private event loop."""
+class WireCountingExporter(WireOTLPSpanExporter):
+    """The gateway's own exporter (so the spans are what production queues: WireSpans),
+    counting what it is given instead of POSTing it."""
 
-    def __init__(self, ratio: float | None) -> None:
+    def __init__(self) -> None:
+        super().__init__(endpoint="http://127.0.0.1:9/v1/traces")
+        self.spans = 0
+
+    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        self.spans += len(spans)
+        assert all(s.wire for s in spans)
+        return SpanExportResult.SUCCESS
+
+
+class Bench:
+    """One mocked request through the middleware, on a private event loop; `keep`: the
+    spans go to a CountingExporter as whole ReadableSpans (for the encoders' benchmark)."""
+
+    def __init__(self, ratio: float | None, keep: int = 0) -> None:
         self.loop = asyncio.new_event_loop()
         config = parse_config(CONFIG, env={})
         self.app = build_app(config)
         state = self.app[STATE]
         self.attempt = state.router.plan("up/text")[0]
-        self.exporter = CountingExporter()
+        self.exporter: CountingExporter | WireCountingExporter = (
+            CountingExporter(keep) if keep else WireCountingExporter()
+        )
         self.tracing = None
         self.sampled = ratio == 1.0
         observers = None
@@ -157,8 +176,8 @@ BATCH = 512  # the batch processor's default export batch
 @pytest.fixture(scope="module")
 def batch() -> list[ReadableSpan]:
     """BATCH spans as the `on` variant makes them (a request span and an attempt span each)."""
-    b = Bench(1.0)
-    b.exporter.keep = BATCH
+    b = Bench(1.0, keep=BATCH)
+    assert isinstance(b.exporter, CountingExporter)
     try:
         for _ in range(BATCH // 2):
             b.one()

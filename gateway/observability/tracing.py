@@ -65,6 +65,7 @@ class Tracing:
         "provider",
         "resource",
         "scope",
+        "wire_only",
     )
 
     def __init__(
@@ -81,6 +82,9 @@ class Tracing:
         self.ids = RandomIdGenerator()
         self.bound = TraceIdRatioBased.get_bound_for_rate(sample_ratio)
         self.content = content
+        # our exporter reads a span's encoding only: the spans can be WireSpans, not
+        # whole ReadableSpans (any other exporter, a test's, gets those)
+        self.wire_only = isinstance(processor.span_exporter, WireOTLPSpanExporter)
         self._servers: dict[str, dict[str, Any]] = {}  # by base URL: few, parsed once
         self._fixed: dict[tuple[str | None, ...], tuple[dict[str, Any], bytes]] = {}
 
