@@ -139,4 +139,5 @@ async def _close_pool(app: web.Application) -> None:
     if state.cache is not None:
         await state.cache.close()
     await state.kv.close()
+    await app[ACCOUNTING].hits.flush()
     await app[ACCOUNTING].ledger.close()

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 from aiohttp import web
 
+from gateway.accounting.cache_hits import HitTally
 from gateway.accounting.keys import budget_windows
 from gateway.accounting.keys import hash_secret
 from gateway.accounting.keys import static_keys
@@ -106,6 +107,7 @@ class Accounting:
         # a client sends its key on every request: hash it once (bounded; cleared when full)
         self._hashes: dict[str, str] = {}
         self._targets: dict[tuple[str, str], Target] = {}  # made once per provider and model
+        self.hits = HitTally(self.ledger)  # response-cache hits, on their way to the spend
 
     def reconfigure(self, config: Config) -> None:
         """Serve `config` from now on (a reload, gateway/server/reload.py): its static keys,

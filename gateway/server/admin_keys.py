@@ -116,6 +116,7 @@ async def revoke_key(request: web.Request) -> web.Response:
 async def spend(request: web.Request) -> web.Response:
     await authorize_admin(request)
     accounting = request.app[ACCOUNTING]
+    await accounting.hits.flush()  # this process's hits (another worker's: within a second)
     rows = await accounting.ledger.spend()
     names = {r.id: r.name for r in [*_static(accounting), *await accounting.ledger.list_keys()]}
     return web.json_response(spend_report(rows, names))
@@ -133,6 +134,8 @@ def spend_report(rows: list[SpendRow], names: dict[str, str]) -> dict[str, Any]:
             total.input_tokens += row.input_tokens
             total.output_tokens += row.output_tokens
             total.estimated += row.estimated
+            total.cache_hits += row.cache_hits
+            total.cache_saved_nanos += row.cache_saved_nanos
 
     def counts(row: SpendRow) -> dict[str, Any]:
         return {
@@ -141,6 +144,8 @@ def spend_report(rows: list[SpendRow], names: dict[str, str]) -> dict[str, Any]:
             "input_tokens": row.input_tokens,
             "output_tokens": row.output_tokens,
             "estimated_requests": row.estimated,
+            "cache_hits": row.cache_hits,
+            **_money(row.cache_saved_nanos, "cache_saved"),
         }
 
     return {

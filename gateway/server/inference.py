@@ -150,6 +150,9 @@ async def serve_chat(
                 key = await accounting.permit_hit(principal, chat.model)
                 if record is not None and key is not None:
                     record.key, record.key_id = key.name, key.id
+                accounting.hits.note(
+                    key.id if key is not None else "", chat.model, lookup.answer.cost_nanos
+                )
                 return await answer_hit(
                     request,
                     lookup.answer,

@@ -98,6 +98,18 @@ class SpendRow(msgspec.Struct, kw_only=True):
     input_tokens: int = 0
     output_tokens: int = 0
     estimated: int = 0  # requests whose usage was estimated
+    cache_hits: int = 0  # answered from the response cache (not in `requests`: cost 0)
+    cache_saved_nanos: int = 0  # what those hits would have cost
+
+
+class CacheHits(msgspec.Struct, kw_only=True):
+    """Response-cache hits of one key (`""`: master key / open gateway) on one model, and
+    what the upstream answers they replayed had cost."""
+
+    key_id: str
+    model: str
+    hits: int
+    saved_nanos: int
 
 
 class KeySpend(msgspec.Struct, kw_only=True):
@@ -126,6 +138,10 @@ class Ledger(Protocol):
         ...
 
     async def key_spend(self, key_id: str, window: str, now: float) -> KeySpend: ...
+
+    async def count_hits(self, hits: list[CacheHits]) -> None:
+        """Adds response-cache hits to the spend rows (their `cache_*` fields)."""
+        ...
 
     async def spend(self) -> list[SpendRow]: ...
 

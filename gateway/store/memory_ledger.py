@@ -14,6 +14,7 @@ import msgspec
 from gateway.store.ledger import WINDOW_S
 from gateway.store.ledger import Admission
 from gateway.store.ledger import Admitted
+from gateway.store.ledger import CacheHits
 from gateway.store.ledger import Charge
 from gateway.store.ledger import KeyRecord
 from gateway.store.ledger import KeySpend
@@ -98,6 +99,16 @@ class MemoryLedger:
         row.input_tokens += charge.input_tokens
         row.output_tokens += charge.output_tokens
         row.estimated += int(charge.estimated)
+
+    async def count_hits(self, hits: list[CacheHits]) -> None:
+        for hit in hits:
+            row = self._spend.get((hit.key_id, hit.model))
+            if row is None:
+                row = self._spend[(hit.key_id, hit.model)] = SpendRow(
+                    key_id=hit.key_id, model=hit.model
+                )
+            row.cache_hits += hit.hits
+            row.cache_saved_nanos += hit.saved_nanos
 
     async def release(self, key_id: str, ticket: str, reserved_nanos: int) -> None:
         if key_id in self._state:

@@ -24,6 +24,7 @@ from typing import cast
 
 from gateway.store.ledger import Admission
 from gateway.store.ledger import Admitted
+from gateway.store.ledger import CacheHits
 from gateway.store.ledger import Charge
 from gateway.store.ledger import KeyRecord
 from gateway.store.ledger import KeySpend
@@ -43,6 +44,7 @@ from gateway.store.redis_scripts import by_hash
 
 _STATS = {"cost": "cost_nanos", "requests": "requests", "in": "input_tokens"}
 _STATS |= {"out": "output_tokens", "estimated": "estimated"}
+_STATS |= {"hits": "cache_hits", "saved": "cache_saved_nanos"}
 _USAGE = (KEY_PREFIX + "{", "}:us")
 MEMO = 100_000  # key ids and names kept per process (cleared when full)
 SCAN_COUNT = 1000
@@ -136,6 +138,18 @@ class RedisLedger:
             c.window,
             _ms(c.now),
         )
+
+    async def count_hits(self, hits: list[CacheHits]) -> None:
+        """Into the key's usage hash, beside what `settle` counts there."""
+        if not self._layout_ok:
+            await self._ready()
+        calls = []
+        for hit in hits:
+            name = self._names_of(hit.key_id).us if hit.key_id else ANONYMOUS_USAGE
+            calls.append(self._batch.call(name, "HINCRBY", name, f"{hit.model}\thits", hit.hits))
+            saved = f"{hit.model}\tsaved"
+            calls.append(self._batch.call(name, "HINCRBY", name, saved, hit.saved_nanos))
+        await asyncio.gather(*calls)
 
     async def release(self, key_id: str, ticket: str, reserved_nanos: int) -> None:
         if not self._layout_ok:

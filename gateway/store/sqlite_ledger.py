@@ -49,6 +49,7 @@ from gateway.store import sqlite_ledger_ops as ops
 from gateway.store.kv import StoreUnavailable
 from gateway.store.ledger import Admission
 from gateway.store.ledger import Admitted
+from gateway.store.ledger import CacheHits
 from gateway.store.ledger import Charge
 from gateway.store.ledger import KeyRecord
 from gateway.store.ledger import KeySpend
@@ -169,16 +170,11 @@ class SqliteLedger:
 
         return await self._run(op, writes=False)
 
-    async def spend(self) -> list[SpendRow]:
-        def op(conn: sqlite3.Connection) -> list[SpendRow]:
-            cursor = conn.execute(
-                "SELECT key_id, model, nanos AS cost_nanos, requests, input_tokens,"
-                " output_tokens, estimated FROM usage ORDER BY key_id, model"
-            )
-            fields = [column[0] for column in cursor.description]  # SpendRow's names
-            return [SpendRow(**dict(zip(fields, row, strict=True))) for row in cursor]
+    async def count_hits(self, hits: list[CacheHits]) -> None:
+        await self._run(lambda conn: ops.count_hits(conn, hits))
 
-        return await self._run(op, writes=False)
+    async def spend(self) -> list[SpendRow]:
+        return await self._run(ops.spend_rows, writes=False)
 
     async def close(self) -> None:
         if self._closed:

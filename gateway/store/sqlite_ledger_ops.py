@@ -8,8 +8,10 @@ import sqlite3
 from gateway.store.ledger import WINDOW_S
 from gateway.store.ledger import Admission
 from gateway.store.ledger import Admitted
+from gateway.store.ledger import CacheHits
 from gateway.store.ledger import Charge
 from gateway.store.ledger import KeyRecord
+from gateway.store.ledger import SpendRow
 from gateway.store.ledger import judge
 from gateway.store.ledger import record_decoder
 from gateway.store.ledger import window_of
@@ -30,6 +32,9 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS usage (key_id TEXT NOT NULL, model TEXT NOT NULL,"
     " nanos INTEGER NOT NULL, requests INTEGER NOT NULL, input_tokens INTEGER NOT NULL,"
     " output_tokens INTEGER NOT NULL, estimated INTEGER NOT NULL,"
+    " PRIMARY KEY (key_id, model)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS cache_hits (key_id TEXT NOT NULL, model TEXT NOT NULL,"
+    " hits INTEGER NOT NULL, saved_nanos INTEGER NOT NULL,"
     " PRIMARY KEY (key_id, model)) WITHOUT ROWID",
 )
 _ADD_SPEND = (
@@ -175,6 +180,40 @@ def settle(conn: sqlite3.Connection, charge: Charge) -> None:
             int(charge.estimated),
         ),
     )
+
+
+def count_hits(conn: sqlite3.Connection, hits: list[CacheHits]) -> None:
+    conn.executemany(
+        "INSERT INTO cache_hits VALUES (?1, ?2, ?3, ?4) ON CONFLICT (key_id, model)"
+        " DO UPDATE SET hits = hits + ?3, saved_nanos = saved_nanos + ?4",
+        [(h.key_id, h.model, h.hits, h.saved_nanos) for h in hits],
+    )
+
+
+def spend_rows(conn: sqlite3.Connection) -> list[SpendRow]:
+    """Every key and model's usage, with its response-cache hits (a pair may have only one
+    of the two)."""
+    rows: dict[tuple[str, str], SpendRow] = {}
+    for key_id, model, nanos, requests, input_tokens, output_tokens, estimated in conn.execute(
+        "SELECT key_id, model, nanos, requests, input_tokens, output_tokens, estimated FROM usage"
+    ):
+        rows[(key_id, model)] = SpendRow(
+            key_id=key_id,
+            model=model,
+            cost_nanos=nanos,
+            requests=requests,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            estimated=estimated,
+        )
+    for key_id, model, hits, saved in conn.execute(
+        "SELECT key_id, model, hits, saved_nanos FROM cache_hits"
+    ):
+        row = rows.get((key_id, model))
+        if row is None:
+            row = rows[(key_id, model)] = SpendRow(key_id=key_id, model=model)
+        row.cache_hits, row.cache_saved_nanos = hits, saved
+    return [rows[k] for k in sorted(rows)]
 
 
 def release(conn: sqlite3.Connection, key_id: str, ticket: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from gateway.accounting.keys import budget_windows
 from gateway.store.ledger import Admission
+from gateway.store.ledger import CacheHits
 from gateway.store.ledger import Charge
 from gateway.store.ledger import KeyRecord
 from gateway.store.ledger import Ledger
@@ -190,6 +191,37 @@ async def test_spend_per_key_and_model(ledger: Ledger) -> None:
     assert rows[("", "up/m")].input_tokens == 4
     assert rows[("", "up/m")].output_tokens == 5
     assert rows[("key_1", "up/m")].cost_nanos == 11
+
+
+async def test_cache_hits_are_counted_beside_the_spend(backend: Callable[[], Ledger]) -> None:
+    """Hits add to their own counters, never to cost or requests; a pair with hits only
+    still gets a row; two processes (workers) sharing the store add up."""
+    first, second = backend(), backend()
+    try:
+        await first.settle(charge("x", 11, 0, tokens=(2, 2)))
+        hit = CacheHits(key_id="key_1", model="up/m", hits=2, saved_nanos=22)
+        await first.count_hits([hit])
+        await second.count_hits(
+            [
+                CacheHits(key_id="key_1", model="up/m", hits=1, saved_nanos=11),
+                CacheHits(key_id="", model="other", hits=3, saved_nanos=0),
+            ]
+        )
+        rows = {(r.key_id, r.model): r for r in await first.spend()}
+        if isinstance(first, MemoryLedger):  # its counts are its own process's
+            assert (
+                rows[("key_1", "up/m")].cache_hits,
+                rows[("key_1", "up/m")].cache_saved_nanos,
+            ) == (2, 22)
+            return
+        mine = rows[("key_1", "up/m")]
+        assert (mine.cost_nanos, mine.requests) == (11, 1)
+        assert (mine.cache_hits, mine.cache_saved_nanos) == (3, 33)
+        anonymous = rows[("", "other")]
+        assert (anonymous.requests, anonymous.cost_nanos, anonymous.cache_hits) == (0, 0, 3)
+    finally:
+        await first.close()
+        await second.close()
 
 
 async def test_keys_are_listed_in_creation_order(ledger: Ledger) -> None:

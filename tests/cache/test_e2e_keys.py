@@ -142,3 +142,55 @@ def test_the_request_log_records_a_hit_and_what_it_saved(gw: Gateway) -> None:
     assert miss["attempts"]
     assert hit_record["key_name"] == "logged"
     assert hit_record["input_tokens"] == miss["input_tokens"]
+
+
+def test_a_reused_request_id_on_a_hit_keeps_both_records_apart(gw: Gateway) -> None:
+    """Two keys send the same x-request-id, the second is answered from the first's entry
+    (a shared namespace): each record keeps its own gateway id and cache result, and the
+    client's id finds both; neither overwrites the other."""
+    reused = f"reused-{uuid.uuid4().hex}"
+    args: Any = {"model": "text", "messages": [{"role": "user", "content": uuid.uuid4().hex}]}
+    results = []
+    for name in ("reuse-a", "reuse-b"):
+        key = admin(gw, "/admin/keys", "POST", {"name": name})
+        client = openai.OpenAI(base_url=gw.v1, api_key=key["key"], max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(
+            **args, extra_headers={"x-request-id": reused}
+        )
+        assert raw.headers["x-request-id"] == reused
+        results.append(raw.headers["x-gateway-cache"])
+    assert results == ["miss", "hit"]
+    deadline = time.monotonic() + 10
+    while True:
+        found = admin(gw, f"/admin/requests?request_id={reused}")["data"]
+        if len(found) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert len(found) == 2
+    assert len({r["id"] for r in found}) == 2
+    by_key = {r["key_name"]: r for r in found}
+    assert (by_key["reuse-a"]["cache"], by_key["reuse-b"]["cache"]) == ("miss", "hit")
+    assert all(r["client_request_id"] == reused for r in found)
+    assert logged(gw, reused)["key_name"] == "reuse-b"  # the id alone: its newest record
+
+
+def test_admin_spend_counts_hits_and_what_they_saved(gw: Gateway) -> None:
+    key = admin(gw, "/admin/keys", "POST", {"name": "spender"})
+    client = openai.OpenAI(base_url=gw.v1, api_key=key["key"], max_retries=0)
+    args: Any = {"model": "text", "messages": [{"role": "user", "content": uuid.uuid4().hex}]}
+    first = client.chat.completions.with_raw_response.create(**args)
+    cost = float(first.headers["x-gateway-cost-usd"])
+    assert cost > 0
+    for _ in range(2):
+        assert (
+            client.chat.completions.with_raw_response.create(**args).headers["x-gateway-cache"]
+            == "hit"
+        )
+    spend = admin(gw, "/admin/spend")
+    row = next(r for r in spend["keys"] if r["key_id"] == key["id"])
+    assert row["requests"] == 1  # the miss; hits settle nothing
+    assert row["spend_usd"] == pytest.approx(cost)
+    assert row["cache_hits"] == 2
+    assert row["cache_saved_usd"] == pytest.approx(2 * cost)
+    model = next(m for m in spend["models"] if m["model"] == "text")
+    assert model["cache_hits"] >= 2
