@@ -77,6 +77,12 @@ def build_app(
     # the workers share the container's memory: each takes its share of what it holds
     app[SLOTS] = StreamSlots(config.server.limits, workers=config.server.workers)
     app[ACCOUNTING] = Accounting(config, make_ledger(config.store.url))
+    cache = state.cache
+    if cache is not None and cache.semantic is not None:  # numpy only with semantic mode
+        from gateway.server.cache_embedder import CacheEmbedder
+
+        model = cache.semantic.embedding_model
+        cache.semantic.embedder = CacheEmbedder(state, app[ACCOUNTING], model)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/messages", messages)
     app.router.add_post("/v1/messages/count_tokens", count_tokens)

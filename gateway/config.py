@@ -224,7 +224,14 @@ def parse_config(text: str, env: Mapping[str, str], source: str = "<config>") ->
             (i, m.cache) for i, m in enumerate(config.models) if isinstance(m, ModelConfig)
         ]
         if isinstance(config.cache, CacheConfig):
-            problems.extend(cache_problems(config.cache, overrides, config.store.url))
+            problems.extend(
+                cache_problems(
+                    config.cache,
+                    overrides,
+                    config.store.url,
+                    frozenset(m.name for m in config.models if isinstance(m, ModelConfig)),
+                )
+            )
     if problems or not isinstance(config, Config):
         ordered = config_parse.in_file_order(problems, tree.positions)
         raise ConfigError([config_parse.format_problem(p, source) for p in ordered], source)

@@ -31,6 +31,7 @@ TIMEOUT_S = 20.0
 # ends when the dependant lifts its cap (make lock then moves the pin).
 HELD_BACK = {
     "python-dateutil": "botocore (the AWS identities) requires python-dateutil<3.0.0",
+    "numpy": "numpy 2.5 requires Python >=3.12; the lock is for CPython 3.11",
 }
 
 

@@ -19,4 +19,13 @@ def build_cache(config: Config, kv: KeyValueStore) -> ResponseCache | None:
     if modes <= {"off"}:
         return None
     store = make_store(config.cache, config.store.url, kv)
-    return ResponseCache(config.cache, models, store, deadline_s=config.routing.deadline_s)
+    semantic = None
+    if "semantic" in modes and config.cache.semantic is not None:
+        from gateway.cache.semantic_search import SemanticSearch
+        from gateway.cache.vectors import make_index
+
+        index = make_index(config.cache, config.store.url, config.cache.semantic.max_entries)
+        semantic = SemanticSearch(config.cache.semantic, index)
+    return ResponseCache(
+        config.cache, models, store, deadline_s=config.routing.deadline_s, semantic=semantic
+    )

@@ -19,6 +19,15 @@ Problem = tuple[tuple[str | int, ...], str]
 STORE_SCHEMES = {"sqlite": ("sqlite:///",), "redis": ("redis://", "rediss://")}
 
 
+class SemanticConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """`cache.semantic`: how `mode: semantic` finds a stored answer to a question asked in
+    other words (docs/cache.md, "Semantic mode")."""
+
+    embedding_model: str  # one of this config's models, served by /v1/embeddings' providers
+    threshold: float = 0.95  # the least cosine similarity that is a hit
+    max_entries: int = 10_000  # vectors kept in all (the oldest go first)
+
+
 class CacheConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """The response cache, for every model that does not override it."""
 
@@ -31,6 +40,7 @@ class CacheConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     namespace: Literal["key", "shared"] = "key"  # key: each virtual key its own entries
     # how long an identical request waits for one already upstream before going itself
     wait_s: float = 30.0
+    semantic: SemanticConfig | None = None  # required by mode: semantic (here or per model)
 
 
 class ModelCache(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -41,7 +51,10 @@ class ModelCache(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froze
 
 
 def cache_problems(
-    cache: CacheConfig, overrides: list[tuple[int, ModelCache | None]], store_url: str
+    cache: CacheConfig,
+    overrides: list[tuple[int, ModelCache | None]],
+    store_url: str,
+    model_names: frozenset[str] = frozenset(),
 ) -> Iterator[Problem]:
     """Every problem of the cache settings, with its path (`overrides`: (model index, its
     `cache`))."""
@@ -56,10 +69,7 @@ def cache_problems(
         yield (*here, "wait_s"), "must be 0 or more seconds"
     modes = {cache.mode} | {o.mode for _, o in overrides if o is not None and o.mode}
     if "semantic" in modes:
-        yield (
-            (*here, "mode"),
-            "semantic mode is not available yet: use exact (docs/cache.md)",
-        )
+        yield from _semantic_problems(cache, model_names)
     if cache.store != "memory" and modes - {"off"}:
         url = cache.url or store_url
         schemes = STORE_SCHEMES[cache.store]
@@ -73,3 +83,26 @@ def cache_problems(
     for index, override in overrides:
         if override is not None and override.ttl_s is not None and override.ttl_s <= 0:
             yield ("models", index, "cache", "ttl_s"), "must be more than 0 seconds"
+
+
+def _semantic_problems(cache: CacheConfig, model_names: frozenset[str]) -> Iterator[Problem]:
+    here = ("cache", "semantic")
+    semantic = cache.semantic
+    if semantic is None:
+        yield here, "mode semantic needs cache.semantic: {embedding_model: <a model>}"
+        return
+    if semantic.embedding_model not in model_names:
+        yield (
+            (*here, "embedding_model"),
+            f"'{semantic.embedding_model}' is not one of models[].name",
+        )
+    if not 0.0 < semantic.threshold <= 1.0:
+        yield (*here, "threshold"), "must be more than 0 and at most 1"
+    if semantic.max_entries < 1:
+        yield (*here, "max_entries"), "must be at least 1"
+    if cache.store == "redis":
+        yield (
+            ("cache", "store"),
+            "semantic mode keeps its index with store memory or sqlite; with redis it is not"
+            " built yet (docs/cache.md)",
+        )

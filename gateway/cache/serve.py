@@ -24,6 +24,7 @@ from gateway.stream.outbound import Outbound
 from gateway.stream.served import StreamOutcome
 
 COST_HEADER = "x-gateway-cost-usd"
+SIMILARITY_HEADER = "x-gateway-cache-similarity"
 
 
 async def look_up(
@@ -64,6 +65,7 @@ async def answer_hit(
     model: str,
     metrics: GatewayMetrics,
     record: RequestRecord | None,
+    similarity: float | None = None,
 ) -> web.StreamResponse:
     saved = answer.cost_nanos / 1e9
     metrics.cache_saved_for(model).inc(saved)
@@ -77,6 +79,8 @@ async def answer_hit(
     if hasattr(outbound, "cost_usd"):
         outbound.cost_usd = "0"  # a chat stream's usage chunk: this request cost nothing
     headers = {"x-request-id": request_id, CACHE_HEADER: "hit"}
+    if similarity is not None:  # a semantic hit: how close the stored question was
+        headers[SIMILARITY_HEADER] = f"{similarity:.4f}"
     if not stream:
         headers[COST_HEADER] = "0"
     return await serve_hit(

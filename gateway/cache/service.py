@@ -20,8 +20,10 @@ import logging
 import math
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import Literal
+from typing import NamedTuple
 
 import msgspec
 
@@ -33,6 +35,9 @@ from gateway.cache.key import cache_key
 from gateway.cache.store import CacheStore
 from gateway.store.kv import StoreError
 
+if TYPE_CHECKING:  # numpy and the index come only with semantic mode
+    from gateway.cache.semantic_search import SemanticSearch
+
 log = logging.getLogger("gateway.cache")
 
 CACHE_HEADER = "x-gateway-cache"
@@ -40,10 +45,31 @@ TTL_HEADER = "x-gateway-cache-ttl"
 Result = Literal["hit", "miss", "bypass"]
 
 
+class Asked(NamedTuple):
+    """What a request asks the cache, as the key and the semantic bucket are made of it."""
+
+    api: str
+    namespace: str
+    model: str
+    targets: list[str]
+    chat: dict[str, Any]
+    native: dict[str, Any] | None
+
+
 class Lookup:
     """One request's cache decision, and what it must do once its answer is known."""
 
-    __slots__ = ("answer", "key", "leader", "result", "store", "ttl_s")
+    __slots__ = (
+        "answer",
+        "bucket",
+        "key",
+        "leader",
+        "result",
+        "similarity",
+        "store",
+        "ttl_s",
+        "vector",
+    )
 
     def __init__(self, result: Result, key: str | None = None, ttl_s: float = 0.0) -> None:
         self.result: Result = result
@@ -52,6 +78,10 @@ class Lookup:
         self.store = key is not None  # the answer is to be stored
         self.answer: CachedAnswer | None = None  # a hit's entry
         self.leader: asyncio.Future[CachedAnswer | None] | None = None
+        self.similarity: float | None = None  # a semantic hit's
+        # semantic mode: the request's bucket and its question's vector (kept with its answer)
+        self.bucket: str | None = None
+        self.vector: Any = None
 
 
 def cache_directives(headers: Mapping[str, str]) -> frozenset[str]:
@@ -79,17 +109,20 @@ class ResponseCache:
         models: Mapping[str, ModelCache | None],
         store: CacheStore,
         deadline_s: float = math.inf,
+        semantic: SemanticSearch | None = None,
     ) -> None:
         self.config = config
         self.store = store
+        self.semantic = semantic
         # a waiter never waits past the deadline its request would have had upstream
         self._wait_s = min(config.wait_s, deadline_s)
-        self._modes: dict[str, tuple[bool, float]] = {}
+        # a model's (cached, semantic, ttl)
+        self._modes: dict[str, tuple[bool, bool, float]] = {}
         for name, override in models.items():
             mode = (override.mode if override else None) or config.mode
             ttl = (override.ttl_s if override else None) or config.ttl_s
-            self._modes[name] = (mode == "exact", ttl)
-        self._default = (config.mode == "exact", config.ttl_s)
+            self._modes[name] = (mode != "off", mode == "semantic", ttl)
+        self._default = (config.mode != "off", config.mode == "semantic", config.ttl_s)
         self._inflight: dict[str, asyncio.Future[CachedAnswer | None]] = {}
 
     def namespace(self, kind: str, secret_hash: str) -> str:
@@ -112,7 +145,7 @@ class ResponseCache:
         chat: dict[str, Any],
         native: dict[str, Any] | None,
     ) -> Lookup:
-        on, ttl = self._modes.get(model, self._default)
+        on, semantic, ttl = self._modes.get(model, self._default)
         directives = cache_directives(headers) if "Cache-Control" in headers else frozenset()
         n = chat.get("n")
         if not on or "no-store" in directives or (isinstance(n, int) and n > 1):
@@ -129,11 +162,38 @@ class ResponseCache:
             pending = self._inflight.get(key)
             if pending is None:  # no await since the check: one leader per key
                 lookup.leader = self._inflight[key] = asyncio.get_running_loop().create_future()
+                if semantic and self.semantic is not None:
+                    asked = Asked(api, namespace, model, targets, chat, native)
+                    await self._ask_semantic(lookup, asked)
                 return lookup
             answer = await self._wait_for(pending)
         if answer is not None:
             lookup.result, lookup.answer, lookup.store = "hit", answer, False
         return lookup
+
+    async def _ask_semantic(self, lookup: Lookup, asked: Asked) -> None:
+        """The leader of an exact miss asks the semantic index: a near enough question's
+        answer is its hit (and its waiters'); else its vector is kept for its answer."""
+        search = self.semantic
+        assert search is not None
+        question = search.question(asked)
+        if question is None:
+            return
+        bucket, text = question
+        vector = await search.embed(text)
+        if vector is None:
+            return
+        lookup.bucket, lookup.vector = bucket, vector
+        found = await search.nearest(bucket, vector)
+        if found is None:
+            return
+        answer = await self._get(found[0])
+        if answer is None:  # its entry expired or was evicted first
+            await search.forget(found[0])
+            return
+        lookup.result, lookup.answer, lookup.store = "hit", answer, False
+        lookup.similarity = found[1]
+        self.abandon(lookup, answer)
 
     async def _get(self, key: str) -> CachedAnswer | None:
         try:
@@ -172,19 +232,25 @@ class ResponseCache:
             await self.store.put(lookup.key, data, lookup.ttl_s)
         except StoreError as exc:
             log.warning("response cache store failed (not kept): %s", type(exc).__name__)
+            return
+        if self.semantic is not None and lookup.bucket is not None:
+            await self.semantic.keep(lookup.bucket, lookup.key, lookup.vector, lookup.ttl_s)
 
-    def abandon(self, lookup: Lookup) -> None:
-        """The request ended without `finish` (cancelled): its waiters go upstream."""
+    def abandon(self, lookup: Lookup, answer: CachedAnswer | None = None) -> None:
+        """The request ended without `finish` (cancelled: its waiters go upstream), or was
+        answered without going upstream (`answer`: theirs too)."""
         leader = lookup.leader
         if leader is not None:
             lookup.leader = None
             if self._inflight.get(lookup.key or "") is leader:
                 del self._inflight[lookup.key or ""]
             if not leader.done():
-                leader.set_result(None)
+                leader.set_result(answer)
 
     async def close(self) -> None:
         await self.store.close()
+        if self.semantic is not None:
+            await self.semantic.close()
 
 
 def stamped(answer: CachedAnswer, **facts: Any) -> CachedAnswer:

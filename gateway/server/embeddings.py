@@ -219,6 +219,7 @@ class EmbeddingsRun:
         self.answered_at = 0.0
         self._answered_loop = 0.0
         self.usage: EmbeddingsUsage | None = None
+        self.vectors: list[list[float]] = []  # the answer's, in input order
         self.shutdown_reason: str | None = None
         self._task = asyncio.current_task()
 
@@ -288,6 +289,7 @@ class EmbeddingsRun:
         self._answered_loop = self._loop.time()
         self.answered_at = mark = perf_counter()
         vectors, tokens = merge(call, parts, results)
+        self.vectors = vectors
         self.usage = EmbeddingsUsage(prompt_tokens=tokens, total_tokens=tokens)
         body = render(vectors, self._model, tokens, self._base64)
         self.gateway_s += perf_counter() - mark

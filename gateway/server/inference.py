@@ -162,6 +162,7 @@ async def serve_chat(
                     model=chat.model,
                     metrics=router.metrics,
                     record=record,
+                    similarity=lookup.similarity,
                 )
         ticket = await accounting.admit(
             principal,

@@ -34,7 +34,24 @@ def test_off_by_default() -> None:
         ("{mode: exact, ttl_s: 0, store: memory}", "cache.ttl_s: must be more than 0"),
         ("{mode: exact, max_entry_bytes: 0, store: memory}", "cache.max_entry_bytes"),
         ("{mode: exact, max_bytes: 10, store: memory}", "at least max_entry_bytes"),
-        ("{mode: semantic, store: memory}", "semantic mode is not available yet"),
+        ("{mode: semantic, store: memory}", "mode semantic needs cache.semantic"),
+        (
+            "{mode: semantic, store: memory, semantic: {embedding_model: nope}}",
+            "cache.semantic.embedding_model: 'nope' is not one of models[].name",
+        ),
+        (
+            "{mode: semantic, store: memory, semantic: {embedding_model: a, threshold: 1.5}}",
+            "cache.semantic.threshold: must be more than 0 and at most 1",
+        ),
+        (
+            "{mode: semantic, store: memory, semantic: {embedding_model: a, max_entries: 0}}",
+            "cache.semantic.max_entries: must be at least 1",
+        ),
+        (
+            '{mode: semantic, store: redis, url: "redis://127.0.0.1:1",'
+            " semantic: {embedding_model: a}}",
+            "with redis it is not built yet",
+        ),
         ("{mode: exact, store: sqlite}", "store sqlite needs a sqlite:/// URL"),
         ("{mode: exact, store: redis}", "store redis needs a redis:// or rediss:// URL"),
         ("{mode: sometimes}", "cache.mode"),
@@ -68,3 +85,13 @@ def test_the_cache_changes_only_with_a_restart() -> None:
     assert restart_only_changes(old, one_model) == [
         "models[].cache: changes only with a restart; nothing was applied"
     ]
+
+
+def test_a_model_may_be_semantic_alone() -> None:
+    text = BASE.replace(
+        "models:\n", "cache: {store: memory, semantic: {embedding_model: a}}\nmodels:\n"
+    ).replace("model: mock}]}", "model: mock}], cache: {mode: semantic}}")
+    config = parse_config(text, {})
+    assert config.cache.mode == "off"
+    assert config.models[0].cache is not None
+    assert config.models[0].cache.mode == "semantic"
