@@ -100,9 +100,3 @@ def _semantic_problems(cache: CacheConfig, model_names: frozenset[str]) -> Itera
         yield (*here, "threshold"), "must be more than 0 and at most 1"
     if semantic.max_entries < 1:
         yield (*here, "max_entries"), "must be at least 1"
-    if cache.store == "redis":
-        yield (
-            ("cache", "store"),
-            "semantic mode keeps its index with store memory or sqlite; with redis it is not"
-            " built yet (docs/cache.md)",
-        )

@@ -141,37 +141,59 @@ _PRUNE_OLDEST = (
 _DROP = "DELETE FROM response_cache_vectors WHERE key = ?"
 
 
+Row = tuple[str, bytes, float, float]  # an entry's key, its vector, expires_at, added_at
+
+
+class Mirror:
+    """This process's copy of a shared index's buckets (sqlite's, redis's): what a search
+    compares, kept up by reading only the rows added since its last read of the bucket.
+    A row another process pruned stays here until its entry is found gone (then dropped) or
+    it expires."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.index = MemoryVectorIndex(max_entries)
+        self._max = max_entries
+        # bucket -> the newest added_at read, and the keys read at that instant (a row of
+        # the same instant may come later: the next read asks from that instant again)
+        self._seen: dict[str, tuple[float, set[str]]] = {}
+
+    def since(self, bucket: str) -> float:
+        return self._seen.get(bucket, (0.0, set()))[0]
+
+    async def merge(self, bucket: str, rows: list[Row], now: float) -> None:
+        since, known = self._seen.get(bucket, (0.0, set()))
+        fresh = [row for row in rows if not (row[3] == since and row[0] in known)]
+        if not fresh:
+            return
+        if len(self._seen) >= self._max:  # buckets are fewer than entries: a reset
+            self._seen.clear()
+        for key, vector, expires_at, added_at in fresh:
+            await self.index.add(bucket, key, from_bytes(vector), expires_at - now)
+            if added_at > since:
+                since, known = added_at, set()
+            if added_at == since:
+                known.add(key)
+        self._seen[bucket] = (since, known)
+
+
 class SqliteVectorIndex:
-    """In the sqlite file of the entries, mirrored in this process: a search first reads
-    the rows of its bucket added since its last read (every worker's; none, usually: one
-    indexed query), then compares in memory. A row another process pruned stays in the
-    mirror until its entry is found gone (then dropped) or it expires."""
+    """In the sqlite file of the entries, mirrored in this process (`Mirror`): a search
+    first reads the rows of its bucket added since its last read (every worker's; none,
+    usually: one indexed query), then compares in memory."""
 
     def __init__(self, path: str, max_entries: int) -> None:
         self._db = SqliteKV(path)  # its own connection and thread
         self._max = max_entries
         self._ready = False
-        self._mirror = MemoryVectorIndex(max_entries)
-        # bucket -> the newest added_at read, and the keys read at that instant
-        self._seen: dict[str, tuple[float, set[str]]] = {}
+        self._mirror = Mirror(max_entries)
         self._adds = 0  # the table's bound is checked every PRUNE_EVERY additions
 
     async def search(self, bucket: str, query: Matrix) -> Found | None:
         now = time.time()
-        since, known = self._seen.get(bucket, (0.0, set()))
+        since = self._mirror.since(bucket)
         rows = await self._db.run(lambda conn: self._since(conn, bucket, since, now))
-        fresh = [row for row in rows if not (row[3] == since and row[0] in known)]
-        if fresh:
-            if len(self._seen) >= self._max:  # buckets are fewer than entries: a reset
-                self._seen.clear()
-            for key, vector, expires_at, added_at in fresh:
-                await self._mirror.add(bucket, key, from_bytes(bytes(vector)), expires_at - now)
-                if added_at > since:
-                    since, known = added_at, set()
-                if added_at == since:
-                    known.add(key)
-            self._seen[bucket] = (since, known)
-        return await self._mirror.search(bucket, query)
+        await self._mirror.merge(bucket, [(k, bytes(v), e, a) for k, v, e, a in rows], now)
+        return await self._mirror.index.search(bucket, query)
 
     async def add(self, bucket: str, key: str, vector: Matrix, ttl_s: float) -> None:
         now = time.time()
@@ -179,17 +201,17 @@ class SqliteVectorIndex:
         self._adds += 1
         bound = self._adds % PRUNE_EVERY == 1 or self._max <= PRUNE_EVERY
         await self._db.run(lambda conn: self._add(conn, row, now, bound))
-        await self._mirror.add(bucket, key, vector, ttl_s)
+        await self._mirror.index.add(bucket, key, vector, ttl_s)
 
     async def drop(self, key: str) -> None:
-        await self._mirror.drop(key)
+        await self._mirror.index.drop(key)
         await self._db.run(lambda conn: self._drop(conn, key))
 
     async def count(self) -> int:
         return await self._db.run(lambda conn: self._count(conn))
 
     async def close(self) -> None:
-        await self._mirror.close()
+        await self._mirror.index.close()
         await self._db.close()
 
     def _schema(self, conn: sqlite3.Connection) -> None:
@@ -229,8 +251,12 @@ class SqliteVectorIndex:
 
 
 def make_index(config: CacheConfig, store_url: str, max_entries: int) -> VectorIndex:
-    """The index beside a validated cache's entries (memory or sqlite: config.py refuses
-    semantic mode with redis)."""
+    """The index beside a validated cache's entries."""
     if config.store == "memory":
         return MemoryVectorIndex(max_entries)
-    return SqliteVectorIndex(sqlite_path(config.url or store_url), max_entries)
+    url = config.url or store_url
+    if config.store == "redis":
+        from gateway.cache.redis_vectors import RedisVectorIndex
+
+        return RedisVectorIndex(url, max_entries)
+    return SqliteVectorIndex(sqlite_path(url), max_entries)

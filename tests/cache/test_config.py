@@ -47,11 +47,6 @@ def test_off_by_default() -> None:
             "{mode: semantic, store: memory, semantic: {embedding_model: a, max_entries: 0}}",
             "cache.semantic.max_entries: must be at least 1",
         ),
-        (
-            '{mode: semantic, store: redis, url: "redis://127.0.0.1:1",'
-            " semantic: {embedding_model: a}}",
-            "with redis it is not built yet",
-        ),
         ("{mode: exact, store: sqlite}", "store sqlite needs a sqlite:/// URL"),
         ("{mode: exact, store: redis}", "store redis needs a redis:// or rediss:// URL"),
         ("{mode: sometimes}", "cache.mode"),

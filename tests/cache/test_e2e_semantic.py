@@ -21,20 +21,26 @@ from tests.e2e.conftest import UPSTREAM_KEY
 from tests.e2e.conftest import Gateway
 from tests.e2e.conftest import start_gateway
 from tests.e2e.conftest import stop_gateway
+from tests.redis_server import RedisServer
+from tests.redis_server import redis_server
 from tests.upstreams.openai_upstream import FakeOpenAI
 from tests.upstreams.words_embeddings import WordsEmbeddings
 from tests.upstreams.words_embeddings import cosine
 
+__all__ = ["redis_server"]
 pytestmark = pytest.mark.e2e
 
 MASTER = "sk-master-semantic"
 
 
-def semantic_config(upstream: FakeOpenAI, words: WordsEmbeddings, db: Path) -> str:
+def semantic_config(
+    upstream: FakeOpenAI, words: WordsEmbeddings, db: Path, redis_url: str | None = None
+) -> str:
+    store = "" if redis_url is None else f', store: redis, url: "{redis_url}"'
     return f"""
 auth: {{master_key: {MASTER}}}
 store: {{url: "sqlite:///{db}"}}
-cache: {{mode: semantic, semantic: {{embedding_model: words, threshold: 0.9}}}}
+cache: {{mode: semantic, semantic: {{embedding_model: words, threshold: 0.9}}{store}}}
 routing: {{cooldown_s: 0.001, auth_hold_s: 0.001, circuit_failures: 1000}}
 keys:
   - {{name: alice, key: sk-alice-1}}
@@ -218,4 +224,26 @@ def test_a_semantic_hit_streams_like_any_answer(gw: Gateway, upstream: FakeOpenA
     assert len(chunks) >= 2
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == answer
+    assert upstream_calls(upstream, tag) == 1
+
+
+def test_replicas_share_one_redis_index(
+    upstream: FakeOpenAI, words: WordsEmbeddings, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Two gateways (each its own sqlite accounting) with the cache in one redis: a question
+    the first answered is a semantic hit on the second."""
+    tag = uuid.uuid4().hex
+    gateways = []
+    try:
+        for name in ("one", "two"):
+            (tmp_path / name).mkdir()
+            config = semantic_config(upstream, words, tmp_path / name / "gw.db", redis_server.url())
+            gateways.append(start_gateway(config, tmp_path / name))
+        ask(gateways[0], f"What is the capital of Peru {tag}?", system=tag)
+        headers, _ = ask(gateways[1], f"what is the CAPITAL of peru {tag}", system=tag)
+    finally:
+        for gw in gateways:
+            stop_gateway(gw)
+    assert headers["x-gateway-cache"] == "hit"
+    assert float(headers["x-gateway-cache-similarity"]) >= 0.9
     assert upstream_calls(upstream, tag) == 1

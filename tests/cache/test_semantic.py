@@ -14,12 +14,18 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from gateway.cache.redis_vectors import RedisVectorIndex
 from gateway.cache.semantic import context_key
 from gateway.cache.semantic import last_user_text
 from gateway.cache.semantic import nearest
 from gateway.cache.semantic import unit
 from gateway.cache.vectors import MemoryVectorIndex
 from gateway.cache.vectors import SqliteVectorIndex
+from gateway.cache.vectors import VectorIndex
+from tests.redis_server import RedisServer
+from tests.redis_server import redis_server
+
+__all__ = ["redis_server"]
 
 
 def chat(last: Any, system: str = "be terse", **extra: Any) -> dict[str, Any]:
@@ -131,9 +137,23 @@ async def test_memory_index_bound_expiry_and_drop() -> None:
     assert found[0] != "short"
 
 
-async def test_sqlite_index_is_shared_bounded_and_expires(tmp_path: Path) -> None:
-    path = str(tmp_path / "gw.db")
-    one, two = SqliteVectorIndex(path, max_entries=3), SqliteVectorIndex(path, max_entries=3)
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+async def test_a_shared_index_is_shared_bounded_and_expires(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Two processes' indexes on one sqlite file, or on one real redis (replicas)."""
+    if kind == "sqlite":
+        path = str(tmp_path / "gw.db")
+
+        def make() -> VectorIndex:
+            return SqliteVectorIndex(path, max_entries=3)
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+
+        def make() -> VectorIndex:
+            return RedisVectorIndex(server.url(), max_entries=3)
+
+    one, two, later = make(), make(), make()
     try:
         await one.add("b", "k0", vec(1.0, 0.0), 60)
         found = await two.search("b", vec(1.0, 0.1))  # another worker's vector
@@ -141,15 +161,16 @@ async def test_sqlite_index_is_shared_bounded_and_expires(tmp_path: Path) -> Non
         assert found[0] == "k0"
         for i in range(1, 4):
             await two.add("b", f"k{i}", vec(1.0, float(i)), 60)
-        assert await one.count() == 3
-        found = await one.search("b", vec(1.0, 0.0))
+        if isinstance(one, SqliteVectorIndex):
+            assert await one.count() == 3
+        found = await later.search("b", vec(1.0, 0.0))  # a process started now reads all
         assert found is not None
-        assert found[0] == "k1"  # k0, the oldest, is gone
+        assert found[0] == "k1"  # k0, the oldest, is gone from the store
         await one.add("b", "short", vec(0.0, 1.0), 0.01)
         await asyncio.sleep(0.05)
         found = await one.search("b", vec(0.0, 1.0))
         assert found is not None
         assert found[0] != "short"
     finally:
-        await one.close()
-        await two.close()
+        for index in (one, two, later):
+            await index.close()
