@@ -3,9 +3,11 @@ one asyncio Protocol each).
 
 Built for the gateway's one pattern (POST a body, stream the answer back) and for speed:
 a request is one `transport.write` (a large body: one `writelines`, its bytes not
-copied behind the head), its head encoded once per URL and headers. A kept-alive
-connection that turns out to be closed before any byte of the answer is retried once on a
-fresh connection.
+copied behind the head), its head encoded once per URL and headers. A request is sent
+again only when none of it was written: a pooled connection already closed (or closing)
+when taken is dropped for another. Once written, a connection that closes before the
+answer is the attempt's failure (counted, seen by key health and `x-gateway-attempts`),
+never resent here: the upstream may have had it (docs/routing.md, "No invisible resends").
 
 Connections are pooled per (scheme, host, port, egress profile): two providers that reach
 the same upstream through different proxies or trust never share one. A profile's route (a
@@ -37,7 +39,6 @@ from gateway.upstream.egress import open_tunnel
 from gateway.upstream.egress import parse_proxy
 from gateway.upstream.egress import proxy_for
 from gateway.upstream.http_connection import Http1Connection
-from gateway.upstream.http_connection import StaleConnection
 from gateway.upstream.http_connection import UpstreamResponse
 from gateway.upstream.tls import client_context
 
@@ -60,39 +61,21 @@ def _with_defaults(headers: dict[str, str]) -> dict[str, str]:
 class PendingResponse:
     """A request on the wire whose answer has not arrived yet."""
 
-    __slots__ = ("_body", "_connect_s", "_connection", "_head", "_pool", "proxy")
+    __slots__ = ("_connection", "proxy")
 
     def __init__(
-        self,
-        pool: HttpPool,
-        connection: Http1Connection,
-        head: bytes,
-        body: bytes,
-        connect_s: float,
-        proxy: ProxyEndpoint | None,
+        self, connection: Http1Connection, head: bytes, body: bytes, proxy: ProxyEndpoint | None
     ) -> None:
-        self._pool = pool
         # the forward proxy the request went through (plain http: the proxy answers it)
         self.proxy = proxy
-        self._head = head
-        self._body = body
-        self._connect_s = connect_s
         self._connection = connection
-        connection.send(head, body)
+        connection.send(head, body)  # not kept: a long prompt is not held past its write
 
     async def response(self) -> UpstreamResponse:
         """The response once its head arrived. Cancelling this wait (a timer that wakes the
         caller) leaves the request running: call again to keep waiting."""
-        while True:
-            try:
-                head = await self._connection.head()
-            except StaleConnection:
-                # The upstream cannot have seen it: send it again on a fresh connection
-                # (which is never stale, so this happens at most once).
-                self._connection = await self._pool._connect(self._connection.key, self._connect_s)
-                self._connection.send(self._head, self._body)
-                continue
-            return UpstreamResponse(self._connection, head)
+        head = await self._connection.head()
+        return UpstreamResponse(self._connection, head)
 
     def abort(self) -> None:
         self._connection.abort()
@@ -142,7 +125,7 @@ class HttpPool:
         key, head, tail = self._request_head(url, headers, egress)
         request_head = b"%sContent-Length: %d\r\n%s" % (head, len(body), tail)
         connection = self._take(key) or await self._connect(key, connect_s)
-        return PendingResponse(self, connection, request_head, body, connect_s, self._route(key))
+        return PendingResponse(connection, request_head, body, self._route(key))
 
     def put(self, connection: Http1Connection) -> None:
         idle = self._idle.setdefault(connection.key, [])
@@ -169,7 +152,10 @@ class HttpPool:
         now = time.monotonic()
         while idle:
             connection = idle.pop()
-            if not connection.closed and now - connection.idle_since < IDLE_TTL_S:
+            transport = connection.transport
+            # closed, or its close already under way: nothing will have been written to it
+            usable = not connection.closed and transport is not None and not transport.is_closing()
+            if usable and now - connection.idle_since < IDLE_TTL_S:
                 return connection
             connection.abort()
         return None

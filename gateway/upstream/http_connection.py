@@ -34,10 +34,6 @@ HIGH_WATER = 1 << 20  # buffered body bytes at which reading pauses
 _JOIN_BELOW = 65536  # a request body this small is joined to its head (one buffer, one copy)
 
 
-class StaleConnection(Exception):
-    """A reused connection was closed before any byte of the answer: safe to resend."""
-
-
 class Http1Connection(asyncio.Protocol):
     """One upstream connection; carries one request at a time."""
 
@@ -123,12 +119,14 @@ class Http1Connection(asyncio.Protocol):
         if self._eof or not self._sent:
             return
         if self._head is None:
-            if self.reused and not self.parser.started:
-                self._head_error = StaleConnection()
-            else:
-                self._head_error = UpstreamConnectError(
-                    f"the upstream closed the connection: {exc or 'EOF'}"
-                )
+            # Never resent: once its bytes were handed to the socket the request may have
+            # reached the upstream (a kept-alive connection closed by the server as it
+            # arrived looks the same as one the server read and then dropped). The failure
+            # is an attempt like any other (docs/routing.md, "No invisible resends").
+            kept = "a kept-alive connection" if self.reused else "the connection"
+            self._head_error = UpstreamConnectError(
+                f"the upstream closed {kept} before answering: {exc or 'EOF'}"
+            )
             self._wake()
             return
         try:

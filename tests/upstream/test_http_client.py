@@ -406,7 +406,13 @@ async def test_head_and_body_split_across_many_writes(pool: HttpPool, serve) -> 
 # --- stale connections, idle TTL -------------------------------------------------------------
 
 
-async def test_stale_connection_is_retried_on_a_new_one(pool: HttpPool, serve) -> None:
+async def test_a_request_written_to_a_kept_alive_connection_is_never_sent_again(
+    pool: HttpPool, serve
+) -> None:
+    """The server read the second request, then hung up without a byte of an answer: it
+    had the request, so the client must not send it again (the bug: it did, on a fresh
+    connection, so the upstream got it twice). The failure is the caller's to count."""
+
     async def handler(conn: Conn) -> None:
         if conn.index == 0:
             await conn.read_request()
@@ -419,11 +425,13 @@ async def test_stale_connection_is_retried_on_a_new_one(pool: HttpPool, serve) -
     first = await pool.request(server.url(), {}, b"a", connect_s=CONNECT_S)
     assert await read_all(first) == b"first"
     first.release()
-    second = await pool.request(server.url(), {}, b"b", connect_s=CONNECT_S)
-    assert await read_all(second) == b"second"
-    second.release()
-    assert len(server.connections) == 2
-    assert [r.body for r in server.requests] == [b"a", b"b", b"b"]  # sent again
+    with pytest.raises(UpstreamConnectError, match="kept-alive connection before answering"):
+        await pool.request(server.url(), {}, b"b", connect_s=CONNECT_S)
+    assert [r.body for r in server.requests] == [b"a", b"b"]  # once, never again
+    assert len(server.connections) == 1
+    third = await pool.request(server.url(), {}, b"c", connect_s=CONNECT_S)  # a new one
+    assert await read_all(third) == b"second"
+    third.release()
 
 
 async def test_idle_connection_closed_by_the_server_is_not_used(pool: HttpPool, serve) -> None:
@@ -444,25 +452,23 @@ async def test_idle_connection_closed_by_the_server_is_not_used(pool: HttpPool, 
     assert len(server.connections) == 2
 
 
-async def test_a_stale_connection_is_retried_on_a_fresh_one(pool: HttpPool, serve) -> None:
-    async def handler(conn: Conn) -> None:
-        await conn.read_request()
-        await conn.send(ok(b"x"))
-        await conn.read_request()  # every kept-alive connection hangs up on reuse
-
-    server = await serve(handler)
-    responses = [
-        await pool.request(server.url(), {}, b"", connect_s=CONNECT_S) for _ in range(2)
-    ]  # two connections at once, both kept alive
-    for response in responses:
-        assert await read_all(response) == b"x"
-        response.release()
-    # The pooled one taken is stale: the request is sent again on a fresh connection, never
-    # on another pooled one that may be stale too.
-    response = await pool.request(server.url(), {}, b"", connect_s=CONNECT_S)
-    assert await read_all(response) == b"x"
-    response.release()
-    assert len(server.connections) == 3
+async def test_a_pooled_connection_whose_close_is_under_way_is_not_written_to(
+    pool: HttpPool, serve
+) -> None:
+    """What is provably safe: a connection already closing when taken gets nothing written;
+    the request goes on another, and the upstream sees it once."""
+    server = await serve(lambda conn: conn.serve(ok(b"x")))
+    first = await pool.request(server.url(), {}, b"", connect_s=CONNECT_S)
+    assert await read_all(first) == b"x"
+    first.release()
+    connection = first.connection
+    assert connection.transport is not None
+    connection.transport.close()  # closing, its connection_lost not yet run
+    second = await pool.request(server.url(), {}, b"once", connect_s=CONNECT_S)
+    assert await read_all(second) == b"x"
+    second.release()
+    assert second.connection is not connection
+    assert [r.body for r in server.requests].count(b"once") == 1
 
 
 async def test_idle_ttl_expired_connection_is_closed_not_reused(

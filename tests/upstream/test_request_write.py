@@ -19,6 +19,9 @@ class _Transport:
     def writelines(self, data: tuple[bytes, ...]) -> None:
         self.writes.append(tuple(data))
 
+    def is_closing(self) -> bool:  # the pool takes only a connection that is not closing
+        return False
+
 
 async def _sent(body: bytes) -> tuple[bytes, ...]:
     pool = HttpPool()
