@@ -46,7 +46,9 @@ providers:
   - {{name: good, kind: openai, base_url: "{good.base_url}", keys: [{{key: "{UPSTREAM_KEY}"}}]}}
 models:
   - name: m
-    targets: [{{provider: hang, model: text, priority: 0}}, {{provider: good, model: text, priority: 1}}]
+    targets:
+      - {{provider: hang, model: text, priority: 0}}
+      - {{provider: good, model: text, priority: 1}}
 """
     gateway = start_gateway(config, tmp_path)
     yield gateway
