@@ -104,6 +104,9 @@ def _check_server(config: Config) -> Iterator[Problem]:
         yield from _at_least(getattr(limits, name), 1, ("server", "limits", name))
     yield from _at_least(routing.max_attempts, 1, ("routing", "max_attempts"))
     yield from _at_least(routing.circuit_failures, 1, ("routing", "circuit_failures"))
+    yield from _at_least(routing.retries_per_target, 0, ("routing", "retries_per_target"))
+    if routing.retries_per_target > 10:
+        yield ("routing", "retries_per_target"), "must be at most 10"
     yield from _durations(routing, ("routing",))
     if routing.circuit_max_open_s < routing.circuit_open_s:
         yield ("routing", "circuit_max_open_s"), "must be >= routing.circuit_open_s"

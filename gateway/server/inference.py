@@ -65,6 +65,7 @@ from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.outbound import Outbound
 from gateway.stream.served import ChatJob
 from gateway.stream.served import StreamOutcome
+from gateway.upstream.retries import RetryPolicy
 from gateway.wire.openai_chat import ChatRequest
 from gateway.wire.openai_chat import CompletionTokensDetails
 from gateway.wire.openai_chat import PromptTokensDetails
@@ -269,6 +270,7 @@ def _actor(
         tool_emulation=emulation,
         journal=journal,
         tracer=tracer,
+        retries=RetryPolicy.of(state.config.routing),
     )
     return StreamActor(
         request,

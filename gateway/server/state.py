@@ -32,6 +32,7 @@ from gateway.upstream.attempts import AttemptRunner
 from gateway.upstream.attempts import AttemptTracer
 from gateway.upstream.credentials import AccessTokens
 from gateway.upstream.http_client import HttpPool
+from gateway.upstream.retries import RetryPolicy
 
 
 class InFlight(Protocol):
@@ -115,6 +116,7 @@ class GatewayState:
             refusals=refusals,
             journal=journal,
             tracer=tracer,
+            retries=RetryPolicy.of(self.config.routing),
         )
 
     def new_request_id(self) -> str:

@@ -110,6 +110,7 @@ class StreamActor:
             tokens=tokens,
             journal=job.journal,
             tracer=job.tracer,
+            retries=job.retries,
         )
         self.client = ClientStream(http, loop, server.client_write_timeout_s)
         self.client.keepalive_bytes = outbound.keepalive

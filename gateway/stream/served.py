@@ -21,6 +21,8 @@ from gateway.providers.base import UnaryResult
 from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.upstream.attempts import AttemptTracer
+from gateway.upstream.retries import NO_RETRIES
+from gateway.upstream.retries import RetryPolicy
 from gateway.wire.openai_chat import ChatRequest
 from gateway.wire.openai_chat import Usage
 
@@ -39,6 +41,7 @@ class ChatJob(msgspec.Struct, frozen=True, kw_only=True):
     # the request log's and traces' view of the attempts (None: neither is on)
     journal: list[AttemptEntry] | None = None
     tracer: AttemptTracer | None = None
+    retries: RetryPolicy = NO_RETRIES  # same-target retries (routing.retries_per_target)
 
 
 class StreamOutcome(msgspec.Struct, frozen=True, kw_only=True):

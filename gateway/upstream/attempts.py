@@ -56,6 +56,9 @@ from gateway.upstream.outcome import error_kind
 from gateway.upstream.outcome import final_error
 from gateway.upstream.outcome import report_failure
 from gateway.upstream.outcome import report_success
+from gateway.upstream.retries import NO_RETRIES
+from gateway.upstream.retries import RetryPolicy
+from gateway.upstream.retries import retry_wait
 from gateway.wire.openai_chat import ChatRequest
 from gateway.wire.openai_chat import Usage
 
@@ -130,6 +133,7 @@ class AttemptRunner:
         "plan",
         "pool",
         "refusals",
+        "retries",
         "started",
         "token",
         "tokens",
@@ -148,8 +152,10 @@ class AttemptRunner:
         refusals: bool = False,
         journal: list[AttemptEntry] | None = None,
         tracer: AttemptTracer | None = None,
+        retries: RetryPolicy = NO_RETRIES,
     ) -> None:
         self.plan = plan
+        self.retries = retries
         self.model = model  # the client's model name (the failover metric's label)
         self.loop = loop = asyncio.get_running_loop()
         self.deadline = loop.time() + deadline_s  # loop time: the whole request's deadline
@@ -242,7 +248,11 @@ class AttemptRunner:
         skipped: list[tuple[float, bool]] = []
         previous: Attempt | None = None
         loop = self.loop
-        for attempt in self.plan:
+        plan, at = self.plan, 0
+        retried: dict[tuple[str, str], int] = {}
+        while at < len(plan):
+            attempt = plan[at]
+            at += 1
             started = loop.time()
             if started >= self.deadline:
                 break
@@ -280,6 +290,10 @@ class AttemptRunner:
                 errors.append(err)
                 if not err.retryable:
                     break
+                wait = retry_wait(self.retries, err, attempt, plan[at:], retried)
+                if wait is not None and loop.time() + wait < self.deadline:
+                    await asyncio.sleep(wait)  # the client leaving cancels it
+                    at -= 1  # the same attempt again
                 continue
             except ClientError as err:
                 health.released(ticket)
