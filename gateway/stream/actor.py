@@ -145,7 +145,12 @@ class StreamActor:
         try:
             response = await self.runner.run(self)
         except GatewayError as err:
-            return self.outcome(error=err)
+            if not self.committed:
+                return self.outcome(error=err)
+            # committed by time (headers, keep-alives) and every attempt failed before any
+            # answer: the stream ends with the error, as after content
+            self.stream_error = err
+            return self.outcome(await self.client.end(self.outbound.error(err)))
         except asyncio.CancelledError:
             if self._shutdown_reason is None or self.committed:
                 raise
@@ -295,7 +300,9 @@ class StreamActor:
         try:
             pipeline = await self._pump(attempt, deliver=True)
         except UpstreamError as err:
-            if not self.committed:
+            if not self.committed or not self.client.answered:
+                # nothing of an answer reached the client (at most headers and keep-alives
+                # after commit_after_s): the next attempt's answer can still be the stream
                 raise
             self.stream_error = self.runner.hide(err)
             return await self.client.end(self.outbound.error(err))
@@ -355,6 +362,11 @@ class StreamActor:
                 if isinstance(sent, PlaybackBody)
                 else await self._answer(attempt, sent, deadlines)
             )
+            if deliver and self.committed and self.runner.attempts > 1:
+                # the stream was committed before an earlier attempt failed: say who answers
+                await self.client.write(
+                    failover_comment(attempt, self.runner.attempts), progress=False
+                )
             decoder = make_decoder(attempt.adapter.framing)
             translator = attempt.adapter.translator(call)
             emulation = job.tool_emulation
@@ -460,6 +472,12 @@ class StreamActor:
     def commit_headers(self) -> dict[str, str]:
         runner = self.runner
         return {**self._job.headers, **runner.served_headers()}
+
+
+def failover_comment(attempt: Attempt, attempts: int) -> bytes:
+    """The SSE comment before the answer of an attempt that took over a committed stream."""
+    name = attempt.provider.name.replace("\n", " ").replace("\r", " ")
+    return f": gateway-failover provider={name} attempts={attempts}\n\n".encode()
 
 
 def _uncancel() -> None:

@@ -69,6 +69,9 @@ class ClientStream:
         # are freed only by the garbage collector's pauses.)
         self.headers: dict[str, str] = {}
         self.committed = False
+        # an upstream's bytes reached the client (not only headers and keep-alives): until
+        # then a committed stream may still fail over (docs/routing.md, "Failover")
+        self.answered = False
         self.pending: list[bytes] = []
         self.response: web.StreamResponse | None = None
         self.deadlines: Deadlines | None = None  # the read loop's, told about each write
@@ -163,6 +166,8 @@ class ClientStream:
 
     def _wrote(self, progress: bool) -> None:
         self._slack = FRAMING_SLACK
+        if progress:
+            self.answered = True
         deadlines = self.deadlines
         if deadlines is not None:
             deadlines.last_write = now = self._loop.time()
