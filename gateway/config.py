@@ -88,7 +88,7 @@ class RoutingConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fr
     cooldown_s: float = 30.0  # a rate-limited key rests this long without Retry-After
     circuit_failures: int = 5  # consecutive server-side failures that open a key's circuit
     circuit_open_s: float = 5.0  # first open period; doubles on each re-open
-    circuit_max_open_s: float = 300.0  # the longest open period
+    circuit_max_open_s: float = 30.0  # the longest open period (a flapping key is re-tested soon)
     auth_hold_s: float = 600.0  # a key answered 401/403 is out of rotation this long, then probed
     # a transient failure (5xx, reset, 429) tried again on the same target this many times
     retries_per_target: int = 0

@@ -49,7 +49,7 @@ class HealthPolicy(msgspec.Struct, frozen=True, kw_only=True):
     cooldown_s: float = 30.0
     circuit_failures: int = 5
     circuit_open_s: float = 5.0
-    circuit_max_open_s: float = 300.0
+    circuit_max_open_s: float = 30.0
     auth_hold_s: float = 600.0
 
     @classmethod

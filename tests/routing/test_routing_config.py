@@ -20,7 +20,7 @@ def test_defaults() -> None:
     routing = parse_config("", env={}).routing
     assert routing.strategy == "weighted"
     assert (routing.circuit_failures, routing.circuit_open_s) == (5, 5.0)
-    assert (routing.circuit_max_open_s, routing.auth_hold_s) == (300.0, 600.0)
+    assert (routing.circuit_max_open_s, routing.auth_hold_s) == (30.0, 600.0)
 
 
 @pytest.mark.parametrize("strategy", ["weighted", "least_inflight", "latency"])
