@@ -22,6 +22,7 @@ import msgspec
 
 from gateway.observability.request_entry import RequestEntry
 from gateway.observability.request_entry import RequestQuery
+from gateway.store.sqlite_kv import use_wal
 
 T = TypeVar("T")
 TABLE = "request_log"
@@ -68,7 +69,7 @@ class SqliteRequestLog:
             db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
             db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             if self.path != ":memory:":
-                db.execute("PRAGMA journal_mode=WAL")
+                use_wal(db, BUSY_TIMEOUT_MS / 1000)
                 db.execute("PRAGMA synchronous=NORMAL")
             for statement in SCHEMA:
                 db.execute(statement)

@@ -100,12 +100,27 @@ class SqliteKV:
             self._conn = None
 
 
+def use_wal(conn: sqlite3.Connection, within_s: float = BUSY_TIMEOUT_S) -> None:
+    """journal_mode = WAL. Switching a new file to WAL takes a lock that sqlite's busy
+    handler does not wait for (two workers opening it at once get "database is locked" at
+    once), so the switch is tried again here, every 10 ms, for up to `within_s`."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)  # on the store's own thread, at connect only
+
+
 def _connect(path: str) -> sqlite3.Connection:
     # isolation_level=None: no implicit transactions; ours are explicit (BEGIN IMMEDIATE).
     # timeout= is sqlite's busy timeout: how long to wait for another connection's lock.
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
-        conn.execute("PRAGMA journal_mode = WAL")
+        use_wal(conn)
         # With WAL, NORMAL loses at most the last commits on a power cut, never the file.
         conn.execute("PRAGMA synchronous = NORMAL")
         with transaction(conn):

@@ -15,6 +15,7 @@ from gateway.store.ledger import SpendRow
 from gateway.store.ledger import judge
 from gateway.store.ledger import record_decoder
 from gateway.store.ledger import window_of
+from gateway.store.sqlite_kv import use_wal
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS vkeys (id TEXT PRIMARY KEY, secret_hash TEXT NOT NULL UNIQUE,"
@@ -79,7 +80,7 @@ def connect(path: str, factory: type[sqlite3.Connection], timeout_s: float) -> s
         check_same_thread=False,  # opened on the thread, used by one batch owner at a time
     )
     try:
-        conn.execute("PRAGMA journal_mode = WAL")
+        use_wal(conn, timeout_s)
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA wal_autocheckpoint = 0")  # SqliteLedger._checkpoint does it
         conn.execute("BEGIN IMMEDIATE")

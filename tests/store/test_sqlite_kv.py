@@ -159,3 +159,29 @@ async def test_never_blocks_the_event_loop(tmp_path: Path) -> None:
             assert await kv.get("k3") == b"v"
     finally:
         await kv.close()
+
+
+def test_switching_to_wal_waits_for_another_connections_lock(tmp_path: Path) -> None:
+    """The switch to WAL can fail at once with "database is locked" when another process
+    holds the new file (sqlite's busy handler does not cover it): use_wal tries again."""
+    import sqlite3
+    import threading
+
+    from gateway.store.sqlite_kv import use_wal
+
+    path = tmp_path / "new.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(0.3, lambda: holder.execute("COMMIT"))
+    release.start()
+    try:
+        impatient = sqlite3.connect(path, timeout=0, isolation_level=None)
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            use_wal(impatient, within_s=0)  # no retries: what the bare pragma does
+        use_wal(impatient, within_s=5)
+        assert impatient.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        impatient.close()
+    finally:
+        release.join()
+        holder.close()
