@@ -164,7 +164,11 @@ class ResponseCache:
                 lookup.leader = self._inflight[key] = asyncio.get_running_loop().create_future()
                 if semantic and self.semantic is not None:
                     asked = Asked(api, namespace, model, targets, chat, native)
-                    await self._ask_semantic(lookup, asked)
+                    try:
+                        await self._ask_semantic(lookup, asked)
+                    except BaseException:  # the client left while its question was embedded
+                        self.abandon(lookup)  # the caller never got the lookup to abandon
+                        raise
                 return lookup
             answer = await self._wait_for(pending)
         if answer is not None:

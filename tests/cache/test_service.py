@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from gateway.cache.config import CacheConfig
 from gateway.cache.config import ModelCache
 from gateway.cache.entry import CachedAnswer
@@ -125,3 +127,37 @@ async def test_an_entry_over_max_entry_bytes_is_not_kept() -> None:
     first = await ask(c)
     await c.finish(first, CachedAnswer(finish_reason="stop", content="x" * 100))
     assert (await ask(c)).result == "miss"
+
+
+async def test_a_client_that_leaves_during_the_embedding_leaves_no_leader_behind() -> None:
+    """Semantic mode awaits the embedding after the request became its key's leader: a
+    cancellation there must free the key, or every identical request would wait for a
+    leader that never answers."""
+    from gateway.cache.config import SemanticConfig
+    from gateway.cache.semantic_search import SemanticSearch
+    from gateway.cache.vectors import MemoryVectorIndex
+
+    search = SemanticSearch(SemanticConfig(embedding_model="e"), MemoryVectorIndex(10))
+    started = asyncio.Event()
+
+    async def slow_embedder(text: str) -> Any:
+        if not started.is_set():  # the first question hangs; later ones get no vector
+            started.set()
+            await asyncio.sleep(60)
+        return None
+
+    search.embedder = slow_embedder
+    c = ResponseCache(
+        CacheConfig(mode="semantic", store="memory"),
+        {},
+        MemoryCacheStore(1 << 20),
+        semantic=search,
+    )
+    task = asyncio.create_task(ask(c))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert c._inflight == {}
+    lookup = await asyncio.wait_for(ask(c), 0.5)  # not waiting for a leader: its own
+    assert lookup.leader is not None
