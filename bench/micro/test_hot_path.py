@@ -102,7 +102,7 @@ def test_translate_openai(benchmark: Any, per_event: PerEvent) -> None:
     assert "".join(d.content for d in deltas if d.content) == SEQUENTIAL.content
 
 
-# --- decode + translate + accumulate + encode, as StreamActor._read_loop does per read -------
+# --- decode + translate + accumulate + encode, as read_loop.read_to_end does per read -------
 
 
 class Pipeline:

@@ -11,7 +11,7 @@
 - `test_access_line`: building the access log's JSON line; `test_access_log_write`: handing
   it to the `gateway.access` logger, set up as `configure_logging` sets it up (the
   redacting formatter, a stream handler: one `write` per line), writing to /dev/null.
-- `test_per_read`: what the actor adds per upstream read (`StreamActor._processed` and the
+- `test_per_read`: what the actor adds per upstream read (`StreamActor.processed` and the
   `perf_counter()` before it).
 
 Every benchmark checks what it counted, so a broken path fails instead of looking fast.
@@ -162,7 +162,7 @@ def test_access_line(benchmark: Any, per_event: PerEvent) -> None:
 
 
 def per_read(actor: Any, reads: int) -> None:
-    perf_counter, processed = time.perf_counter, StreamActor._processed
+    perf_counter, processed = time.perf_counter, StreamActor.processed
     for _ in range(reads):
         mark = perf_counter()  # the actor takes it when a read returns
         processed(actor, mark, True)

@@ -32,9 +32,8 @@ from gateway.cache.vectors import Mirror
 from gateway.cache.vectors import Row
 from gateway.store.kv import StoreUnavailable
 from gateway.store.redis_conn import KEY_PREFIX
-from gateway.store.redis_conn import cluster_client
-from gateway.store.redis_conn import single_client
-from gateway.store.redis_url import is_cluster_url
+from gateway.store.redis_conn import client_for
+from gateway.store.redis_conn import close_client
 from gateway.store.redis_url import redacted
 
 ALL = KEY_PREFIX + "cv:all"
@@ -49,9 +48,7 @@ def _names(bucket: str) -> tuple[str, str]:
 class RedisVectorIndex:
     def __init__(self, url: str, max_entries: int) -> None:
         self._where = redacted(url)
-        self._client: Redis | RedisCluster = (
-            cluster_client(url) if is_cluster_url(url) else single_client(url)
-        )
+        self._client: Redis | RedisCluster = client_for(url)
         self._max = max_entries
         self._mirror = Mirror(max_entries)
         self._adds = 0
@@ -115,11 +112,7 @@ class RedisVectorIndex:
 
     async def close(self) -> None:
         await self._mirror.index.close()
-        client = self._client
-        if isinstance(client, Redis):
-            await client.aclose(close_connection_pool=True)
-        else:
-            await client.aclose()
+        await close_client(self._client)
 
     def _unavailable(self, exc: BaseException) -> StoreUnavailable:
         return StoreUnavailable(f"redis store {self._where}: {type(exc).__name__}: {exc}")

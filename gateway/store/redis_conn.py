@@ -13,6 +13,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from gateway.store.redis_url import cluster_seeds
+from gateway.store.redis_url import is_cluster_url
 
 KEY_PREFIX = "gw:"
 CONNECT_TIMEOUT_S = 2.0
@@ -62,3 +63,15 @@ def cluster_client(url: str) -> RedisCluster:
         retry=Retry(NoBackoff(), RETRIES),
         **options,
     )
+
+
+def client_for(url: str) -> Redis | RedisCluster:
+    """The client of `url`: a cluster's for a redis+cluster:// URL, else one server's."""
+    return cluster_client(url) if is_cluster_url(url) else single_client(url)
+
+
+async def close_client(client: Redis | RedisCluster) -> None:
+    if isinstance(client, Redis):
+        await client.aclose(close_connection_pool=True)
+    else:
+        await client.aclose()

@@ -22,9 +22,8 @@ from redis.exceptions import RedisError
 
 from gateway.store.kv import StoreUnavailable
 from gateway.store.redis_conn import KEY_PREFIX
-from gateway.store.redis_conn import cluster_client
-from gateway.store.redis_conn import single_client
-from gateway.store.redis_url import is_cluster_url
+from gateway.store.redis_conn import client_for
+from gateway.store.redis_conn import close_client
 from gateway.store.redis_url import redacted
 
 __all__ = ["KEY_PREFIX", "RedisKV", "redacted"]
@@ -36,9 +35,7 @@ class RedisKV:
 
     def __init__(self, url: str) -> None:
         self.where = redacted(url)
-        self._client: Redis | RedisCluster = (
-            cluster_client(url) if is_cluster_url(url) else single_client(url)
-        )
+        self._client: Redis | RedisCluster = client_for(url)
 
     async def get(self, key: str) -> bytes | None:
         try:
@@ -77,11 +74,7 @@ class RedisKV:
             return False
 
     async def close(self) -> None:
-        client = self._client
-        if isinstance(client, Redis):
-            await client.aclose(close_connection_pool=True)
-        else:
-            await client.aclose()
+        await close_client(self._client)
 
     def unavailable(self, exc: BaseException) -> StoreUnavailable:
         # redis-py's messages name the host and the server's reply, never the password.

@@ -19,9 +19,8 @@ of its own): it fires at the earliest deadline known when armed, and on firing t
 which deadline really passed and re-arms. What one upstream read brings leaves in one client
 write; when the upstream's end came in the same read, with the tail.
 
-One module on purpose (past the house's ~400 lines): the state above is private to the
-actor, and the three ways it serves an attempt read and write all of it; split across
-modules, they would be writing it from outside again.
+The read loop of a stream (read, decode, translate, accumulate, deliver, under the deadlines)
+is stream/read_loop.py's; it reports to the actor through `processed` and `on_wake`.
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ from gateway.emulation.translator import EmulatedToolCalls
 from gateway.errors import GatewayError
 from gateway.errors import NoUpstreamAvailable
 from gateway.errors import UpstreamError
-from gateway.errors import UpstreamProtocolError
 from gateway.errors import UpstreamTimeout
 from gateway.framing.registry import make_decoder
 from gateway.providers.base import TokenSource
@@ -54,7 +52,7 @@ from gateway.stream.client_stream import ClientStream
 from gateway.stream.deadlines import Deadlines
 from gateway.stream.outbound import Outbound
 from gateway.stream.pipeline import ChunkPipeline
-from gateway.stream.relay import Relay
+from gateway.stream.read_loop import read_to_end
 from gateway.stream.served import ChatJob
 from gateway.stream.served import StreamOutcome
 from gateway.upstream.attempts import AttemptRunner
@@ -62,7 +60,6 @@ from gateway.upstream.attempts import Ended
 from gateway.upstream.credentials import AccessTokens
 from gateway.upstream.http_client import HttpPool
 from gateway.upstream.http_client import PendingResponse
-from gateway.upstream.http_connection import UpstreamResponse
 from gateway.upstream.transport import PlaybackBody
 from gateway.upstream.transport import UpstreamBody
 from gateway.upstream.transport import answered
@@ -238,7 +235,7 @@ class StreamActor:
                 except asyncio.CancelledError:
                     if not alarm.expired():
                         raise
-                await self._on_wake(deadlines)
+                await self.on_wake(deadlines)
                 alarm.arm(deadlines.next_wake(self.committed))
         except BaseException:
             sent.abort()
@@ -374,7 +371,7 @@ class StreamActor:
                 translator = EmulatedToolCalls(translator, emulation, job.request_id)
             pipeline = ChunkPipeline(translator, acc, self.outbound)
             try:
-                await self._read_loop(body, decoder, pipeline, deadlines, deliver)
+                await read_to_end(self, body, decoder, pipeline, deadlines, deliver)
             except BaseException:
                 body.abort()
                 raise
@@ -383,68 +380,7 @@ class StreamActor:
         body.release()
         return pipeline
 
-    async def _read_loop(
-        self,
-        body: UpstreamBody,
-        decoder: Any,
-        pipeline: ChunkPipeline,
-        deadlines: Deadlines,
-        deliver: bool,
-    ) -> None:
-        """Read the body to its end under the lazy timer (armed by the caller)."""
-        loop, alarm, client = self.loop, self.runner.alarm, self.client
-        acc, translator = pipeline.acc, pipeline.translator
-        spill = client if deliver else None
-        # once the client's writes go straight to its transport, reads in full flow are
-        # relayed from the connection's callback (stream/relay.py); cleared on the way out
-        # (it refers to this actor: no cycle outlives the loop)
-        connection = body.connection if deliver and isinstance(body, UpstreamResponse) else None
-        to_engage = connection is not None
-        try:
-            while True:
-                try:
-                    while True:
-                        if to_engage and client.writes_directly:
-                            assert connection is not None
-                            connection.relay = Relay(
-                                client, decoder, pipeline, deadlines, loop.time, self._processed
-                            )
-                            to_engage = False
-                        data = await body.read()
-                        mark = perf_counter()
-                        deadlines.last_upstream = now = loop.time()
-                        if not deadlines.got_bytes:
-                            self.first_byte = now
-                            deadlines.got_bytes = True
-                        if not data:
-                            out = pipeline.run(decoder.close(), spill, closing=True)
-                            self._processed(mark, acc.output_seen)
-                            if not translator.done and (
-                                not acc.choices or acc.unfinished_choices()
-                            ):
-                                raise UpstreamProtocolError(
-                                    "the upstream closed the stream before it finished"
-                                )
-                            if deliver:
-                                client.pending.extend(out)  # leaves with the tail
-                            return
-                        out = pipeline.run(decoder.feed(data), spill)
-                        self._processed(mark, acc.output_seen)
-                        if deliver and out:
-                            # with the body's end already here, these bytes leave with the
-                            # tail in one write (nothing waits that could have gone now)
-                            await client.deliver(out, acc.output_seen, body.ended)
-                        del data, out  # not held while the next read waits, by every stream
-                except asyncio.CancelledError:
-                    if not alarm.expired():
-                        raise
-                await self._on_wake(deadlines)
-                alarm.arm(deadlines.next_wake(self.committed))
-        finally:
-            if connection is not None:
-                connection.relay = None
-
-    def _processed(self, mark: float, output_seen: bool) -> None:
+    def processed(self, mark: float, output_seen: bool) -> None:
         """One upstream read went through the pipeline (`mark`: when it arrived)."""
         self.gateway_s += perf_counter() - mark
         if output_seen and not self.first_token_at:
@@ -452,7 +388,7 @@ class StreamActor:
 
     # --- deadlines -------------------------------------------------------------------------
 
-    async def _on_wake(self, deadlines: Deadlines) -> None:
+    async def on_wake(self, deadlines: Deadlines) -> None:
         """The timer fired: act on whichever deadline really passed (maybe none)."""
         due = deadlines.due(self.loop.time(), self.committed)
         if due == "commit":

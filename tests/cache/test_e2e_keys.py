@@ -121,27 +121,27 @@ def logged(gw: Gateway, request_id: str) -> Any:
 
 def test_the_request_log_records_a_hit_and_what_it_saved(gw: Gateway) -> None:
     key = admin(gw, "/admin/keys", "POST", {"name": "logged"})
-    client = openai.OpenAI(base_url=gw.v1, api_key=key["key"], max_retries=0)
-    args: Any = {"model": "text", "messages": [{"role": "user", "content": uuid.uuid4().hex}]}
-    ids = [f"cache-log-{uuid.uuid4().hex}" for _ in range(2)]
-    first = client.chat.completions.with_raw_response.create(
-        **args, extra_headers={"x-request-id": ids[0]}
-    )
-    hit = client.chat.completions.with_raw_response.create(
-        **args, extra_headers={"x-request-id": ids[1]}
-    )
-    assert hit.headers["x-gateway-cache"] == "hit"
-    cost = float(first.headers["x-gateway-cost-usd"])
-    records = [logged(gw, request_id) for request_id in ids]
-    miss, hit_record = records
-    assert (miss["cache"], hit_record["cache"]) == ("miss", "hit")
-    assert miss["cost_usd"] == pytest.approx(cost)
-    assert hit_record["cost_usd"] == 0
-    assert hit_record["cache_saved_usd"] == pytest.approx(cost)
-    assert not hit_record.get("attempts")  # nothing went upstream
-    assert miss["attempts"]
-    assert hit_record["key_name"] == "logged"
-    assert hit_record["input_tokens"] == miss["input_tokens"]
+    with openai.OpenAI(base_url=gw.v1, api_key=key["key"], max_retries=0) as client:
+        args: Any = {"model": "text", "messages": [{"role": "user", "content": uuid.uuid4().hex}]}
+        ids = [f"cache-log-{uuid.uuid4().hex}" for _ in range(2)]
+        first = client.chat.completions.with_raw_response.create(
+            **args, extra_headers={"x-request-id": ids[0]}
+        )
+        hit = client.chat.completions.with_raw_response.create(
+            **args, extra_headers={"x-request-id": ids[1]}
+        )
+        assert hit.headers["x-gateway-cache"] == "hit"
+        cost = float(first.headers["x-gateway-cost-usd"])
+        records = [logged(gw, request_id) for request_id in ids]
+        miss, hit_record = records
+        assert (miss["cache"], hit_record["cache"]) == ("miss", "hit")
+        assert miss["cost_usd"] == pytest.approx(cost)
+        assert hit_record["cost_usd"] == 0
+        assert hit_record["cache_saved_usd"] == pytest.approx(cost)
+        assert not hit_record.get("attempts")  # nothing went upstream
+        assert miss["attempts"]
+        assert hit_record["key_name"] == "logged"
+        assert hit_record["input_tokens"] == miss["input_tokens"]
 
 
 def test_a_reused_request_id_on_a_hit_keeps_both_records_apart(gw: Gateway) -> None:
@@ -153,12 +153,12 @@ def test_a_reused_request_id_on_a_hit_keeps_both_records_apart(gw: Gateway) -> N
     results = []
     for name in ("reuse-a", "reuse-b"):
         key = admin(gw, "/admin/keys", "POST", {"name": name})
-        client = openai.OpenAI(base_url=gw.v1, api_key=key["key"], max_retries=0)
-        raw = client.chat.completions.with_raw_response.create(
-            **args, extra_headers={"x-request-id": reused}
-        )
-        assert raw.headers["x-request-id"] == reused
-        results.append(raw.headers["x-gateway-cache"])
+        with openai.OpenAI(base_url=gw.v1, api_key=key["key"], max_retries=0) as client:
+            raw = client.chat.completions.with_raw_response.create(
+                **args, extra_headers={"x-request-id": reused}
+            )
+            assert raw.headers["x-request-id"] == reused
+            results.append(raw.headers["x-gateway-cache"])
     assert results == ["miss", "hit"]
     deadline = time.monotonic() + 10
     while True:
@@ -176,21 +176,21 @@ def test_a_reused_request_id_on_a_hit_keeps_both_records_apart(gw: Gateway) -> N
 
 def test_admin_spend_counts_hits_and_what_they_saved(gw: Gateway) -> None:
     key = admin(gw, "/admin/keys", "POST", {"name": "spender"})
-    client = openai.OpenAI(base_url=gw.v1, api_key=key["key"], max_retries=0)
-    args: Any = {"model": "text", "messages": [{"role": "user", "content": uuid.uuid4().hex}]}
-    first = client.chat.completions.with_raw_response.create(**args)
-    cost = float(first.headers["x-gateway-cost-usd"])
-    assert cost > 0
-    for _ in range(2):
-        assert (
-            client.chat.completions.with_raw_response.create(**args).headers["x-gateway-cache"]
-            == "hit"
-        )
-    spend = admin(gw, "/admin/spend")
-    row = next(r for r in spend["keys"] if r["key_id"] == key["id"])
-    assert row["requests"] == 1  # the miss; hits settle nothing
-    assert row["spend_usd"] == pytest.approx(cost)
-    assert row["cache_hits"] == 2
-    assert row["cache_saved_usd"] == pytest.approx(2 * cost)
-    model = next(m for m in spend["models"] if m["model"] == "text")
-    assert model["cache_hits"] >= 2
+    with openai.OpenAI(base_url=gw.v1, api_key=key["key"], max_retries=0) as client:
+        args: Any = {"model": "text", "messages": [{"role": "user", "content": uuid.uuid4().hex}]}
+        first = client.chat.completions.with_raw_response.create(**args)
+        cost = float(first.headers["x-gateway-cost-usd"])
+        assert cost > 0
+        for _ in range(2):
+            assert (
+                client.chat.completions.with_raw_response.create(**args).headers["x-gateway-cache"]
+                == "hit"
+            )
+        spend = admin(gw, "/admin/spend")
+        row = next(r for r in spend["keys"] if r["key_id"] == key["id"])
+        assert row["requests"] == 1  # the miss; hits settle nothing
+        assert row["spend_usd"] == pytest.approx(cost)
+        assert row["cache_hits"] == 2
+        assert row["cache_saved_usd"] == pytest.approx(2 * cost)
+        model = next(m for m in spend["models"] if m["model"] == "text")
+        assert model["cache_hits"] >= 2

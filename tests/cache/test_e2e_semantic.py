@@ -92,12 +92,14 @@ def ask(
     system: str | None = None,
     **extra: Any,
 ) -> tuple[dict[str, str], str]:
-    client = openai.OpenAI(base_url=gw.v1, api_key=key, max_retries=0, timeout=30)
-    messages: list[Any] = [{"role": "user", "content": text}]
-    if system is not None:
-        messages.insert(0, {"role": "system", "content": system})
-    raw = client.chat.completions.with_raw_response.create(model=model, messages=messages, **extra)
-    return dict(raw.headers), raw.parse().choices[0].message.content or ""
+    with openai.OpenAI(base_url=gw.v1, api_key=key, max_retries=0, timeout=30) as client:
+        messages: list[Any] = [{"role": "user", "content": text}]
+        if system is not None:
+            messages.insert(0, {"role": "system", "content": system})
+        raw = client.chat.completions.with_raw_response.create(
+            model=model, messages=messages, **extra
+        )
+        return dict(raw.headers), raw.parse().choices[0].message.content or ""
 
 
 def test_the_same_question_in_other_words_is_a_hit(gw: Gateway, upstream: FakeOpenAI) -> None:
@@ -209,22 +211,22 @@ def test_a_restarted_gateway_finds_the_stored_questions(
 def test_a_semantic_hit_streams_like_any_answer(gw: Gateway, upstream: FakeOpenAI) -> None:
     tag = uuid.uuid4().hex
     _, answer = ask(gw, f"Name a French cheese {tag}", system=tag)
-    client = openai.OpenAI(base_url=gw.v1, api_key="sk-alice-1", max_retries=0, timeout=30)
-    raw = client.chat.completions.with_raw_response.create(
-        model="text",
-        messages=[
-            {"role": "system", "content": tag},
-            {"role": "user", "content": f"name a FRENCH cheese! {tag}"},
-        ],
-        stream=True,
-    )
-    assert raw.headers["x-gateway-cache"] == "hit"
-    assert "x-gateway-cache-similarity" in raw.headers
-    chunks = list(raw.parse())
-    assert len(chunks) >= 2
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text == answer
-    assert upstream_calls(upstream, tag) == 1
+    with openai.OpenAI(base_url=gw.v1, api_key="sk-alice-1", max_retries=0, timeout=30) as client:
+        raw = client.chat.completions.with_raw_response.create(
+            model="text",
+            messages=[
+                {"role": "system", "content": tag},
+                {"role": "user", "content": f"name a FRENCH cheese! {tag}"},
+            ],
+            stream=True,
+        )
+        assert raw.headers["x-gateway-cache"] == "hit"
+        assert "x-gateway-cache-similarity" in raw.headers
+        chunks = list(raw.parse())
+        assert len(chunks) >= 2
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == answer
+        assert upstream_calls(upstream, tag) == 1
 
 
 def test_replicas_share_one_redis_index(

@@ -57,16 +57,16 @@ models:
 
 
 def test_openai_python_gets_the_backup_answer_after_the_commit(gw: Gateway) -> None:
-    client = openai.OpenAI(base_url=gw.v1, api_key="any", max_retries=0, timeout=30)
-    direct = client.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "hi"}]
-    )  # not streamed: the same failover, no commit
-    stream = client.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "hi"}], stream=True
-    )
-    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-    assert text
-    assert text == direct.choices[0].message.content
+    with openai.OpenAI(base_url=gw.v1, api_key="any", max_retries=0, timeout=30) as client:
+        direct = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}]
+        )  # not streamed: the same failover, no commit
+        stream = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert text
+        assert text == direct.choices[0].message.content
 
 
 def test_the_stream_says_who_took_over(gw: Gateway) -> None:
@@ -81,20 +81,20 @@ def test_the_stream_says_who_took_over(gw: Gateway) -> None:
 
 
 def test_anthropic_python_gets_the_backup_answer(gw: Gateway) -> None:
-    client = anthropic.Anthropic(base_url=gw.url, api_key="any", max_retries=0)
-    with client.messages.stream(
-        model="m", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
-    ) as events:
-        message = events.get_final_message()
-    assert "".join(b.text for b in message.content if b.type == "text")
-    assert message.stop_reason == "end_turn"
+    with anthropic.Anthropic(base_url=gw.url, api_key="any", max_retries=0) as client:
+        with client.messages.stream(
+            model="m", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
+        ) as events:
+            message = events.get_final_message()
+        assert "".join(b.text for b in message.content if b.type == "text")
+        assert message.stop_reason == "end_turn"
 
 
 def test_no_target_left_ends_the_committed_stream_with_an_error(gw: Gateway) -> None:
-    client = openai.OpenAI(base_url=gw.v1, api_key="any", max_retries=0, timeout=30)
-    stream = client.chat.completions.create(
-        model="none-left", messages=[{"role": "user", "content": "hi"}], stream=True
-    )
-    with pytest.raises(openai.APIError, match="no byte from the upstream"):
-        for _ in stream:
-            pass
+    with openai.OpenAI(base_url=gw.v1, api_key="any", max_retries=0, timeout=30) as client:
+        stream = client.chat.completions.create(
+            model="none-left", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        with pytest.raises(openai.APIError, match="no byte from the upstream"):
+            for _ in stream:
+                pass

@@ -58,17 +58,17 @@ models:
 def test_a_hangup_after_the_request_was_written_is_an_attempt_not_a_resend(
     gw: Gateway, hangup: HangupOnReuse
 ) -> None:
-    client = openai.OpenAI(base_url=gw.v1, api_key="any", max_retries=0, timeout=30)
-    first = client.chat.completions.with_raw_response.create(
-        model="m", messages=[{"role": "user", "content": "warm the connection"}]
-    )
-    assert first.headers["x-gateway-provider"] == "hang"
-    marker = uuid.uuid4().hex
-    second = client.chat.completions.with_raw_response.create(
-        model="m", messages=[{"role": "user", "content": marker}]
-    )
-    assert second.parse().choices[0].message.content
-    # the hang-up was the first attempt: seen, counted, failed over
-    assert second.headers["x-gateway-attempts"] == "2"
-    assert second.headers["x-gateway-provider"] == "good"
-    assert sum(marker in json.dumps(b) for b in hangup.bodies) == 1  # never sent again
+    with openai.OpenAI(base_url=gw.v1, api_key="any", max_retries=0, timeout=30) as client:
+        first = client.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": "warm the connection"}]
+        )
+        assert first.headers["x-gateway-provider"] == "hang"
+        marker = uuid.uuid4().hex
+        second = client.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": marker}]
+        )
+        assert second.parse().choices[0].message.content
+        # the hang-up was the first attempt: seen, counted, failed over
+        assert second.headers["x-gateway-attempts"] == "2"
+        assert second.headers["x-gateway-provider"] == "good"
+        assert sum(marker in json.dumps(b) for b in hangup.bodies) == 1  # never sent again

@@ -59,12 +59,12 @@ models:
 
 
 def ask(gw: Gateway, model: str, marker: str) -> dict[str, str]:
-    client = openai.OpenAI(base_url=gw.v1, api_key="any", max_retries=0, timeout=30)
-    raw = client.chat.completions.with_raw_response.create(
-        model=model, messages=[{"role": "user", "content": marker}]
-    )
-    assert raw.parse().choices[0].message.content
-    return dict(raw.headers)
+    with openai.OpenAI(base_url=gw.v1, api_key="any", max_retries=0, timeout=30) as client:
+        raw = client.chat.completions.with_raw_response.create(
+            model=model, messages=[{"role": "user", "content": marker}]
+        )
+        assert raw.parse().choices[0].message.content
+        return dict(raw.headers)
 
 
 def test_a_500_once_is_retried_on_the_same_target(gw: Gateway, flaky: FlakyOpenAI) -> None:
@@ -117,12 +117,12 @@ def test_a_429_moves_on_at_once_when_another_target_can_answer(
 def test_a_retry_after_past_the_bound_is_not_waited(gw: Gateway, flaky: FlakyOpenAI) -> None:
     marker = uuid.uuid4().hex
     flaky.script(marker, [{"status": 429, "retry_after": "3"}])  # max_retry_wait_s: 2
-    client = openai.OpenAI(base_url=gw.v1, api_key="any", max_retries=0, timeout=30)
-    started = time.monotonic()
-    with pytest.raises(openai.RateLimitError):
-        client.chat.completions.create(
-            model="alone", messages=[{"role": "user", "content": marker}]
-        )
-    assert time.monotonic() - started < 1.5
-    assert flaky.count(marker) == 1
-    time.sleep(3.1)  # its cooldown over
+    with openai.OpenAI(base_url=gw.v1, api_key="any", max_retries=0, timeout=30) as client:
+        started = time.monotonic()
+        with pytest.raises(openai.RateLimitError):
+            client.chat.completions.create(
+                model="alone", messages=[{"role": "user", "content": marker}]
+            )
+        assert time.monotonic() - started < 1.5
+        assert flaky.count(marker) == 1
+        time.sleep(3.1)  # its cooldown over
