@@ -111,6 +111,9 @@ class UpstreamError(GatewayError):
     type = "upstream_error"
     code = "upstream_error"
     retryable = True
+    # worth one more try on the same target (routing.retries_per_target); None: decided by
+    # `upstream_status` (a 5xx or a 429)
+    transient: bool | None = None
 
     def __init__(
         self,
@@ -120,10 +123,13 @@ class UpstreamError(GatewayError):
         upstream_status: int | None = None,
         param: str | None = None,
         code: str | None = None,
+        transient: bool | None = None,
     ):
         super().__init__(message, param=param, code=code)
         if retryable is not None:
             self.retryable = retryable
+        if transient is not None:
+            self.transient = transient
         self.upstream_status = upstream_status
         # seconds the upstream asked us to wait (Retry-After and kin), read from its headers
         self.retry_after_s: float | None = None
@@ -137,6 +143,14 @@ class UpstreamTimeout(UpstreamError):
 
 class UpstreamConnectError(UpstreamError):
     code = "upstream_unreachable"
+    transient = True
+
+
+class ProxyRefusedError(UpstreamConnectError):
+    """The egress proxy refused with a 4xx (a wrong password, a host it will not reach):
+    another target may do, the same one again will not."""
+
+    transient = False
 
 
 class UpstreamStatusError(UpstreamError):

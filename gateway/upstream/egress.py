@@ -41,6 +41,7 @@ import msgspec
 from gateway.config_base import proxy_authorization
 from gateway.config_base import proxy_secrets
 from gateway.config_base import split_proxy_url
+from gateway.errors import ProxyRefusedError
 from gateway.errors import UpstreamConnectError
 
 DEFAULT_PROXY_PORT = 1080  # curl's default for a proxy URL without a port
@@ -236,7 +237,8 @@ async def open_tunnel(proxy: ProxyEndpoint, host: str, port: int) -> asyncio.Tra
         head = await answer.head
         status, reason = _status_line(head)
         if not 200 <= status < 300:
-            raise UpstreamConnectError(
+            refused = ProxyRefusedError if 400 <= status < 500 else UpstreamConnectError
+            raise refused(
                 f"proxy {proxy.label} refused CONNECT to {where}: HTTP {status} {reason}".rstrip()
             )
     except ConnectionError as exc:

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.errors import UpstreamConnectError
 from gateway.errors import UpstreamError
 from gateway.routing.router import Attempt
 
@@ -41,10 +40,12 @@ NO_RETRIES = RetryPolicy()
 
 
 def transient(err: UpstreamError) -> bool:
+    """A failure the same target may not repeat: a 5xx, a 429, a connection reset or hang-up,
+    an error event its adapter calls transient (an overload, an internal error)."""
+    if err.transient is not None:
+        return err.transient
     status = err.upstream_status
-    if status is not None:
-        return status == 429 or status >= 500
-    return isinstance(err, UpstreamConnectError)
+    return status is not None and (status == 429 or status >= 500)
 
 
 def retry_wait(

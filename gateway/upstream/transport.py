@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Protocol
 
-from gateway.errors import UpstreamConnectError
+from gateway.errors import ProxyRefusedError
 from gateway.errors import UpstreamError
 from gateway.errors import UpstreamProtocolError
 from gateway.providers.base import ProviderAdapter
@@ -113,7 +113,7 @@ async def answered(adapter: ProviderAdapter, pending: PendingResponse) -> Upstre
     response = await pending.response()
     if response.status == 407 and pending.proxy is not None:
         response.abort()
-        raise UpstreamConnectError(
+        raise ProxyRefusedError(
             f"proxy {pending.proxy.label} refused the request: HTTP 407 "
             "(proxy authentication required or wrong)"
         )

@@ -52,6 +52,8 @@ def gw(fake: FakeAnthropic, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     config = f"""
 server: {{shutdown_grace_s: 5}}
 store: {{url: "memory://"}}
+# the failures these tests provoke (and their retries) must not open the key's circuit
+routing: {{circuit_failures: 1000}}
 providers:
   - name: claude
     kind: anthropic

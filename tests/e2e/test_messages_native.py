@@ -53,6 +53,8 @@ def gw(fakes: Fakes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gatew
     config = f"""
 server: {{shutdown_grace_s: 5}}
 store: {{url: "memory://"}}
+# the failures these tests provoke (and their retries) must not open the key's circuit
+routing: {{circuit_failures: 1000}}
 auth: {{master_key: {MASTER}}}
 providers:
   - {{name: claude, kind: anthropic, base_url: "{fakes["claude"].base_url}",
@@ -248,7 +250,8 @@ def test_failover_from_a_native_attempt_to_a_translated_one(
                 extra_headers={"x-request-id": RID},
                 extra_body=FUTURE,
             )
-            assert raw.headers["x-gateway-attempts"] == "2"
+            # the 529 tried once more on its target (routing.retries_per_target), then failover
+            assert raw.headers["x-gateway-attempts"] == "3"
             message = raw.parse()
     assert [(b.type, getattr(b, "text", None)) for b in message.content] == [("text", OPENAI_TEXT)]
     # the gateway's own message: the translated answer of the OpenAI target
@@ -258,7 +261,7 @@ def test_failover_from_a_native_attempt_to_a_translated_one(
     # the Anthropic attempt was the native one: a field the translation drops was there
     assert [r.body for r in native] == [
         {"model": "fail-529", "max_tokens": 300, "messages": HI, **FUTURE, "stream": stream}
-    ]
+    ] * 2
     sent = fakes["up"].requests[-1].body
     assert sent["model"] == "text"
     assert sent["messages"] == [{"role": "user", "content": "hi"}]

@@ -46,6 +46,8 @@ def gw(fake: FakeOllama, tmp_path_factory: pytest.TempPathFactory) -> Iterator[G
     config = f"""
 server: {{shutdown_grace_s: 5}}
 store: {{url: "memory://"}}
+# the failures these tests provoke (and their retries) must not open the key's circuit
+routing: {{circuit_failures: 1000}}
 providers:
   - name: ol
     kind: ollama

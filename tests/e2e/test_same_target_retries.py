@@ -42,7 +42,8 @@ def gw(
 ) -> Iterator[Gateway]:
     config = f"""
 store: {{url: "memory://"}}
-routing: {{retries_per_target: 1, max_retry_wait_s: 2, circuit_failures: 1000}}
+# the defaults: retries_per_target 1, max_retry_wait_s 5
+routing: {{circuit_failures: 1000}}
 providers:
   - {{name: flaky, kind: openai, base_url: "{flaky.base_url}", keys: [{{key: "{UPSTREAM_KEY}"}}]}}
   - {{name: backup, kind: openai, base_url: "{backup.base_url}", keys: [{{key: "{UPSTREAM_KEY}"}}]}}
@@ -116,7 +117,7 @@ def test_a_429_moves_on_at_once_when_another_target_can_answer(
 
 def test_a_retry_after_past_the_bound_is_not_waited(gw: Gateway, flaky: FlakyOpenAI) -> None:
     marker = uuid.uuid4().hex
-    flaky.script(marker, [{"status": 429, "retry_after": "3"}])  # max_retry_wait_s: 2
+    flaky.script(marker, [{"status": 429, "retry_after": "6"}])  # max_retry_wait_s: 5
     with openai.OpenAI(base_url=gw.v1, api_key="any", max_retries=0, timeout=30) as client:
         started = time.monotonic()
         with pytest.raises(openai.RateLimitError):

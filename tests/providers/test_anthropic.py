@@ -27,6 +27,7 @@ from gateway.providers.base import UpstreamCall
 from gateway.providers.registry import make_adapter
 from gateway.providers.registry import provider_config
 from gateway.stream.accumulator import StreamAccumulator
+from gateway.upstream.retries import transient
 from gateway.wire.openai_chat import UNSET
 from gateway.wire.openai_chat import ChatChunk
 from gateway.wire.openai_chat import ChatRequest
@@ -183,6 +184,21 @@ def test_error_event_is_a_retryable_stream_error() -> None:
     assert info.value.retryable
     assert info.value.code == "overloaded_error"
     assert info.value.message == "Overloaded"
+    assert transient(info.value)  # worth the same target again (routing.retries_per_target)
+
+
+@pytest.mark.parametrize(
+    ("kind", "same_target"),
+    [("overloaded_error", True), ("api_error", True), ("rate_limit_error", False)],
+)
+def test_which_error_events_are_tried_again_on_the_same_target(
+    kind: str, same_target: bool
+) -> None:
+    translator = AnthropicStreamTranslator(model="m", created=1)
+    event = {"type": "error", "error": {"type": kind, "message": "x"}}
+    with pytest.raises(UpstreamStreamError) as info:
+        translator.feed(SSEEvent(event="error", data=json.dumps(event).encode()))
+    assert transient(info.value) is same_target
 
 
 def data(*events: dict[str, Any]) -> list[SSEEvent]:

@@ -124,6 +124,7 @@ async def test_requests_are_found_by_every_filter_and_paged(gateway: TestServer)
     assert status == 200
     assert [(a["provider"], a["status"], a.get("error")) for a in one["attempts"]] == [
         ("down", 500, "http_5xx"),
+        ("down", 500, "http_5xx"),  # routing.retries_per_target (default 1)
         ("up", 200, None),
     ]
     assert one["time"].endswith("Z")

@@ -76,7 +76,7 @@ async def test_embeddings_failures_open_the_keys_circuit() -> None:
     config = parse_config(
         f"""
 store: {{url: "memory://"}}
-routing: {{circuit_failures: 2, circuit_open_s: 30}}
+routing: {{circuit_failures: 2, circuit_open_s: 30, retries_per_target: 0}}
 providers:
   - {{name: oa, kind: openai, base_url: "{fake.base_url}/v1", keys: [{{key: k}}]}}
 """,

@@ -42,7 +42,7 @@ async def served(upstreams: tuple[FakeAnthropic, FakeEmbeddings]) -> AsyncIterat
     config = parse_config(
         f"""
 store: {{url: "memory://"}}
-routing: {{circuit_failures: 2, cooldown_s: 60}}
+routing: {{circuit_failures: 2, cooldown_s: 60, retries_per_target: 0}}
 providers:
   - {{name: claude, kind: anthropic, base_url: "{claude.base_url}", keys: [{{key: sk-ant-paths}}],
       timeouts: {TIMEOUTS}}}

@@ -7,8 +7,11 @@ from typing import Any
 
 import pytest
 
+from gateway.config import RoutingConfig
+from gateway.errors import ProxyRefusedError
 from gateway.errors import UpstreamConnectError
 from gateway.errors import UpstreamError
+from gateway.errors import UpstreamStreamError
 from gateway.errors import UpstreamTimeout
 from gateway.upstream.retries import BACKOFF_S
 from gateway.upstream.retries import RetryPolicy
@@ -37,7 +40,17 @@ def test_transient_failures_back_off_once(err: UpstreamError) -> None:
     assert retry_wait(POLICY, err, attempt(), [], retried) is None  # used up
 
 
-@pytest.mark.parametrize("err", [failure(400), failure(401), UpstreamTimeout("slow"), failure(429)])
+@pytest.mark.parametrize(
+    "err",
+    [
+        failure(400),
+        failure(401),
+        UpstreamTimeout("slow"),
+        failure(429),
+        ProxyRefusedError("proxy refused CONNECT: HTTP 407"),  # a wrong password stays wrong
+        UpstreamStreamError("bad request", code="invalid_request_error"),
+    ],
+)
 def test_other_failures_are_not_retried_here(err: UpstreamError) -> None:
     # a 429 without Retry-After: its cooldown is unknown, the next attempt goes first
     assert retry_wait(POLICY, err, attempt(), [], {}) is None
@@ -51,3 +64,19 @@ def test_retry_after_is_waited_only_when_short_and_nothing_is_sooner() -> None:
     assert retry_wait(POLICY, short, attempt(), [attempt("other")], {}) is None  # sooner
     assert retry_wait(POLICY, failure(429, retry_after=6.0), attempt(), [], {}) is None
     assert retry_wait(RetryPolicy(), short, attempt(), [], {}) is None  # per_target 0
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        UpstreamStreamError("overloaded", transient=True),  # as its adapter classifies it
+        failure(529),
+        UpstreamConnectError("reset"),
+    ],
+)
+def test_transient_errors_of_every_kind_are_retried(err: UpstreamError) -> None:
+    assert retry_wait(POLICY, err, attempt(), [], {}) is not None
+
+
+def test_the_shipped_default_retries_once() -> None:
+    assert RetryPolicy.of(RoutingConfig()).per_target == 1

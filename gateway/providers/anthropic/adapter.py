@@ -67,6 +67,8 @@ from gateway.wire.openai_chat import Usage
 from gateway.wire.openai_chat import encoder
 
 FINISH_REASONS = {**STOP_REASONS, "pause_turn": "stop", "refusal": "content_filter"}
+# error events (https://docs.anthropic.com/en/api/errors) a moment later may not repeat
+TRANSIENT_ERRORS = frozenset({"overloaded_error", "api_error"})
 BETA_HEADER = "anthropic-beta"  # the one client header a native request carries upstream
 
 
@@ -151,6 +153,7 @@ class AnthropicStreamTranslator(ChunkTranslator):
             raise UpstreamStreamError(
                 (error.message if error else "") or "the upstream reported an error mid-stream",
                 code=(error.type or None) if error else None,
+                transient=error is not None and error.type in TRANSIENT_ERRORS,
             )
         return []  # ping, and event types added after this was written
 

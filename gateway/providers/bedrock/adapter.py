@@ -91,6 +91,10 @@ RETRYABLE_EXCEPTIONS = frozenset(
         "modelStreamErrorException",
     }
 )
+# of those, the ones the same target may not repeat a moment later (not its throttling)
+TRANSIENT_EXCEPTIONS = frozenset(
+    {"serviceUnavailableException", "internalServerException", "modelStreamErrorException"}
+)
 SERVER_TOOL = "server_tool_use"
 
 
@@ -169,6 +173,7 @@ class BedrockStreamTranslator(ChunkTranslator):
             message or f"the upstream reported {code} mid-stream",
             code=code,
             retryable=code in RETRYABLE_EXCEPTIONS,
+            transient=code in TRANSIENT_EXCEPTIONS,
         )
 
     def _start(self, event: StreamEvent) -> list[Translated]:

@@ -56,6 +56,8 @@ from gateway.wire.openai_chat import ToolCallDelta
 from gateway.wire.openai_chat import Usage
 from gateway.wire.openai_chat import encoder
 
+# error statuses (google.rpc.Code names) a moment later may not repeat; not RESOURCE_EXHAUSTED
+TRANSIENT_STATUSES = frozenset({"UNAVAILABLE", "INTERNAL"})
 FILTERED = frozenset(
     {
         "SAFETY",
@@ -98,7 +100,9 @@ def decode_response(data: bytes) -> g.GenerateContentResponse:
 
 def stream_error(err: g.ApiError) -> UpstreamStreamError:
     return UpstreamStreamError(
-        err.message or "the upstream reported an error mid-stream", code=err.status or None
+        err.message or "the upstream reported an error mid-stream",
+        code=err.status or None,
+        transient=err.status in TRANSIENT_STATUSES,
     )
 
 

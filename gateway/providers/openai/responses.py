@@ -60,6 +60,8 @@ from gateway.wire.openai_responses import response_head_decoder
 RETRYABLE_CODES = frozenset(
     {"server_error", "rate_limit_exceeded", "rate_limit_error", "overloaded", "timeout"}
 )
+# of those, the ones the same target may not repeat a moment later (not its rate limits)
+TRANSIENT_CODES = frozenset({"server_error", "overloaded", "timeout"})
 INCOMPLETE_REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
 _TEXT_DELTAS = frozenset({"response.output_text.delta", "response.text.delta"})
 _REASONING_DELTAS = frozenset(
@@ -89,7 +91,9 @@ def failure(error: ResponseErrorInfo | None, default: str) -> UpstreamStreamErro
     message = (error.message if error is not None else "") or default
     param = error.param if error is not None else None
     retryable = code is None or code in RETRYABLE_CODES
-    return UpstreamStreamError(message, retryable=retryable, code=code, param=param)
+    return UpstreamStreamError(
+        message, retryable=retryable, code=code, param=param, transient=code in TRANSIENT_CODES
+    )
 
 
 def finish_reason(status: str, head: ResponseHead | None) -> str:
