@@ -30,6 +30,7 @@ from gateway.server.admin_keys import add_admin_routes
 from gateway.server.admin_requests import add_request_log_routes
 from gateway.server.chat import chat_completions
 from gateway.server.chat import list_models
+from gateway.server.circuit_probe import CircuitProbes
 from gateway.server.count_tokens import count_tokens
 from gateway.server.embeddings import embeddings
 from gateway.server.errors import ERROR_SHAPES
@@ -97,6 +98,7 @@ def build_app(
     app.router.add_get("/admin/config", admin_config)
     add_admin_routes(app)
     app.cleanup_ctx.append(_health_sync)
+    app.cleanup_ctx.append(_circuit_probes)
     app.cleanup_ctx.append(access_log_flusher)
     if observers is not None:
         app[OBSERVERS] = observers
@@ -137,6 +139,18 @@ def _health_sync(app: web.Application) -> AsyncIterator[None]:
     # made at startup, with the router in force then (a worker may reload before it serves)
     state = app[STATE]
     return health_sync(state.router, state.kv, state.config.store.url)(app)
+
+
+async def _circuit_probes(app: web.Application) -> AsyncIterator[None]:
+    state = app[STATE]
+    probes = CircuitProbes(state)
+    events = state.router.events  # one for the process: carried over by every reload
+    events.prober = probes
+    try:
+        yield
+    finally:
+        events.prober = None
+        await probes.stop()
 
 
 async def _close_pool(app: web.Application) -> None:

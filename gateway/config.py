@@ -90,6 +90,7 @@ class RoutingConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fr
     circuit_open_s: float = 5.0  # first open period; doubles on each re-open
     circuit_max_open_s: float = 30.0  # the longest open period (a flapping key is re-tested soon)
     auth_hold_s: float = 600.0  # a key answered 401/403 is out of rotation this long, then probed
+    circuit_probe: bool = True  # the gateway probes an open circuit when its period ends
     # a transient failure (5xx, reset, 429) tried again on the same target this many times
     retries_per_target: int = 1
     max_retry_wait_s: float = 5.0  # the longest Retry-After waited out instead of moving on

@@ -30,6 +30,12 @@ class Publisher(Protocol):
         ...
 
 
+class Prober(Protocol):
+    def __call__(self, health: KeyHealth, reason: str, until: float) -> None:
+        """Told of every change to unavailable (gateway/server/circuit_probe.py)."""
+        ...
+
+
 class HealthEvents:
     """The `on_change` of every KeyHealth of one router."""
 
@@ -37,6 +43,7 @@ class HealthEvents:
         self._metrics = metrics
         self._counters: dict[tuple[str, str], Counter] = {}
         self.publisher: Publisher | None = None
+        self.prober: Prober | None = None
 
     def __call__(
         self, health: KeyHealth, reason: str, until: float, model: str | None, first: bool
@@ -51,6 +58,8 @@ class HealthEvents:
                 self._counters[(health.provider, reason)] = counter
             counter.inc()
             self._log(health, reason, until, model, first)
+            if self.prober is not None:
+                self.prober(health, reason, until)
         if self.publisher is not None:
             self.publisher.publish(health, reason, until, model)
 

@@ -226,25 +226,25 @@ class Router:
                     scores = [key_score(strategy, s.health) for s in usable]
                     weights = [s.weight for s in usable]
                     usable = strategy_order(strategy, usable, weights, scores, rng)
-                provider = self._providers[target.provider]
-                adapter = self._adapters[provider.name]
                 for slot in usable:
-                    attempts.append(
-                        Attempt(
-                            provider=provider,
-                            adapter=adapter,
-                            key=slot.key,
-                            model=target.model,
-                            health=slot.health,
-                            metrics=self.metrics,
-                            api=target.api,
-                        )
-                    )
+                    attempts.append(self.attempt(target, slot))
                     if len(attempts) >= self._max_attempts:
                         return attempts
         if not attempts:
             raise unavailable(model, waits)
         return attempts
+
+    def attempt(self, target: Target, slot: KeySlot) -> Attempt:
+        provider = self._providers[target.provider]
+        return Attempt(
+            provider=provider,
+            adapter=self._adapters[provider.name],
+            key=slot.key,
+            model=target.model,
+            health=slot.health,
+            metrics=self.metrics,
+            api=target.api,
+        )
 
     def _usable(self, target: Target, now: float, waits: list[tuple[float, bool]]) -> list[KeySlot]:
         usable: list[KeySlot] = []

@@ -66,6 +66,8 @@ def gw(fakes: Fakes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gatew
     config = f"""
 server: {{shutdown_grace_s: 5}}
 store: {{url: "memory://"}}
+# the failures these tests provoke (and their retries) must not open a key's circuit
+routing: {{circuit_failures: 1000}}
 providers:
   - name: oa
     kind: openai

@@ -119,7 +119,7 @@ def of_trace(spans: list[Received], trace_id: str) -> tuple[Received, list[Recei
     return server, [s for s in mine if s.kind == "client"]
 
 
-async def test_a_failover_continues_the_clients_trace_with_two_attempt_spans(
+async def test_a_failover_continues_the_clients_trace_with_a_span_per_attempt(
     traced: tuple[TestServer, OTLPReceiver],
     upstreams: tuple[FakeOpenAI, FakeAnthropic, FakeEmbeddings],
 ) -> None:
@@ -131,9 +131,9 @@ async def test_a_failover_continues_the_clients_trace_with_two_attempt_spans(
     status, _ = await post(server, "/v1/chat/completions", body, client)
     assert status == 200
     upstream_sent = [traceparent(r.headers) for r in openai_fake.requests[sent:]]
-    assert len(upstream_sent) == 2
+    assert len(upstream_sent) == 3  # a 500, its retry (routing.retries_per_target), the fallback
     flushed(server)
-    request_span, attempts = of_trace(receiver.wait_for(3), CLIENT_TRACE)
+    request_span, attempts = of_trace(receiver.wait_for(4), CLIENT_TRACE)
     assert request_span.parent_id == CLIENT_SPAN
     assert request_span.name == "chat flaky"
     assert request_span.resource["service.name"] == "gw-e2e"
@@ -142,12 +142,12 @@ async def test_a_failover_continues_the_clients_trace_with_two_attempt_spans(
     assert request_span.attributes["gen_ai.provider.name"] == "openai"
     assert request_span.attributes["gen_ai.response.finish_reasons"] == ["stop"]
     assert request_span.attributes["http.response.status_code"] == 200
-    assert [a.name for a in attempts] == ["chat fail-500", "chat text"]
+    assert [a.name for a in attempts] == ["chat fail-500", "chat fail-500", "chat text"]
     assert all(a.parent_id == request_span.span_id for a in attempts)
     # each upstream request names its own attempt's span, in the client's trace
     assert upstream_sent == [(CLIENT_TRACE, a.span_id) for a in attempts]
-    assert [a.attributes.get("error.type") for a in attempts] == ["http_5xx", None]
-    assert [a.attributes["http.response.status_code"] for a in attempts] == [500, 200]
+    assert [a.attributes.get("error.type") for a in attempts] == ["http_5xx", "http_5xx", None]
+    assert [a.attributes["http.response.status_code"] for a in attempts] == [500, 500, 200]
 
 
 async def test_unary_chat_embeddings_and_count_tokens_carry_their_attempts_traceparent(
