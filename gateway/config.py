@@ -134,6 +134,15 @@ class Target(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     priority: int = 0  # lower is tried first; equal priorities are balanced by weight
     weight: int = 1
     api: Literal["chat", "responses"] = "chat"
+    # tokens the upstream model takes (None: the shipped table's, if it knows the model)
+    context_window: int | None = None
+
+
+class ModelFallbacks(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """Other configured models a request moves to when every larger target failed."""
+
+    # after a context-length error: these models' targets, in order
+    context_window: list[str] = msgspec.field(default_factory=list)
 
 
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -144,6 +153,7 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     tools: Literal["native", "emulate"] = "native"
     price: Price | None = None
     cache: ModelCache | None = None  # None: the global `cache` settings
+    fallbacks: ModelFallbacks | None = None
 
 
 class VirtualKeyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):

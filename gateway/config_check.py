@@ -241,10 +241,19 @@ def _check_models(
             if not t.model:
                 yield (*at, "model"), "must not be empty"
             yield from _at_least(t.weight, 1, (*at, "weight"))
+            yield from _at_least(t.context_window, 1, (*at, "context_window"))
             provider = kinds.get(t.provider)
             if provider is not None and t.api not in provider.apis:
                 able = " or ".join(kinds_speaking(t.api))
                 yield (*at, "api"), f"{t.api} needs a provider of kind {able}, not {provider.kind}"
+        names = {model.name for model in models}
+        if m.fallbacks is not None and not is_bad(m.fallbacks):
+            for k, name in enumerate(m.fallbacks.context_window):
+                at = (*here, "fallbacks", "context_window", k)
+                if name == m.name:
+                    yield at, "must name another model, not this one"
+                elif name not in names:
+                    yield at, f"unknown model '{name}'"
         if m.price is not None:
             for field in (
                 "input_per_mtok",

@@ -114,6 +114,9 @@ class UpstreamError(GatewayError):
     # worth one more try on the same target (routing.retries_per_target); None: decided by
     # `upstream_status` (a 5xx or a 429)
     transient: bool | None = None
+    # the request is longer than the model's context window: a larger one may take it
+    # (routing: context-window fallbacks); set by the provider's error mapping
+    context_exceeded = False
 
     def __init__(
         self,

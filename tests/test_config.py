@@ -891,3 +891,22 @@ def test_provider_keys_must_be_header_safe(value: str, message: str) -> None:
         parse_config(text, env={"K": value})
     assert err.value.problems == [f"providers[0].keys[0].key: {message}"]
     assert value.strip() not in str(err.value)
+
+
+def test_context_window_fallbacks_name_other_configured_models() -> None:
+    problems = problems_of(
+        """
+        providers:
+          - {name: p, kind: openai, keys: [{key: k}]}
+        models:
+          - name: short
+            targets: [{provider: p, model: m, context_window: 0}]
+            fallbacks: {context_window: [short, nowhere, long]}
+          - {name: long, targets: [{provider: p, model: m2}]}
+        """
+    )
+    assert problems == [
+        "models[0].targets[0].context_window: must be >= 1",
+        "models[0].fallbacks.context_window[0]: must name another model, not this one",
+        "models[0].fallbacks.context_window[1]: unknown model 'nowhere'",
+    ]

@@ -35,7 +35,7 @@ from gateway.wire.openai_chat import Usage
 NANOS_PER_USD = 10**9
 # USD per Mtok == microdollars per token == 1000 nanodollars per token
 _NANOS_PER_TOKEN_PER_MTOK_PRICE = Decimal(1000)
-_DATED = re.compile(r"(@\d{8}|-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
+DATED_SUFFIX = re.compile(r"(@\d{8}|-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +204,7 @@ class PriceTable:
         found = self._entries.get(name)
         if found is not None:
             return found
-        undated = _DATED.sub("", name)
+        undated = DATED_SUFFIX.sub("", name)
         found = self._entries.get(undated)
         if found is not None:
             return found

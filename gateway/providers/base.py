@@ -240,6 +240,19 @@ class AdapterDefaults:
 E = TypeVar("E", bound=GatewayError)
 
 
+def context_window_error(
+    err: E, phrases: tuple[str, ...], codes: frozenset[str] = frozenset()
+) -> E:
+    """`err` marked `context_exceeded` when it is a 400/413 whose code is one of `codes` or
+    whose message contains one of `phrases` (lower case): each provider names its
+    context-length error its own way."""
+    if isinstance(err, UpstreamError) and err.upstream_status in (400, 413):
+        message = err.message.lower()
+        if (err.code in codes) or any(p in message for p in phrases):
+            err.context_exceeded = True
+    return err
+
+
 def hide_credentials(err: E, key: ProviderKey | None, credential: Credential | None = None) -> E:
     """`err` with the attempt's credentials cut out of its message. Upstreams quote the key
     they were sent in error messages (401s are reworded in `status_error`, but a proxy or an

@@ -28,6 +28,7 @@ from gateway.config import ProviderConfig
 from gateway.config import ProviderKey
 from gateway.config import Target
 from gateway.errors import BadRequest
+from gateway.errors import GatewayError
 from gateway.errors import UnknownModel
 from gateway.observability.metrics import GatewayMetrics
 from gateway.providers.base import ProviderAdapter
@@ -36,6 +37,7 @@ from gateway.routing.balancer import key_score
 from gateway.routing.balancer import strategy_order
 from gateway.routing.balancer import unavailable
 from gateway.routing.balancer import weighted_order
+from gateway.routing.context_windows import context_window_of
 from gateway.routing.events import HealthEvents
 from gateway.routing.health import HealthPolicy
 from gateway.routing.health import KeyHealth
@@ -99,6 +101,18 @@ class Router:
             name: _tiers(targets)
             for name, targets in self._models.items()
             if not has_dot_segment(name)
+        }
+        # context-window fallbacks: configured windows, and the models to move to
+        self._windows = {
+            (t.provider, t.model): t.context_window
+            for m in config.models
+            for t in m.targets
+            if t.context_window is not None
+        }
+        self._wider_models = {
+            m.name: list(m.fallbacks.context_window)
+            for m in config.models
+            if m.fallbacks is not None and m.fallbacks.context_window
         }
         self._emulated = frozenset(m.name for m in config.models if m.tools == "emulate")
         self._max_attempts = config.routing.max_attempts
@@ -245,6 +259,34 @@ class Router:
             metrics=self.metrics,
             api=target.api,
         )
+
+    def context_window(self, attempt: Attempt) -> int | None:
+        """Tokens `attempt`'s upstream model takes: its target's `context_window`, else the
+        shipped table's (None: not known)."""
+        configured = self._windows.get((attempt.provider.name, attempt.model))
+        if configured is not None:
+            return configured
+        return context_window_of(attempt.model, attempt.provider.kind)
+
+    def wider(self, model: str, failed: Attempt, rest: list[Attempt], made: int) -> list[Attempt]:
+        """What a request for `model` tries after `failed` answered a context-length error
+        (docs/routing.md, "Context-window fallbacks"): the rest of its plan whose window is
+        known and larger, then the plans of `models[].fallbacks.context_window` in order;
+        at most `routing.max_attempts` in all with the `made` attempts so far."""
+        window = self.context_window(failed) or 0
+        larger = [a for a in rest if (self.context_window(a) or 0) > window]
+        taken = {(a.provider.name, a.model, id(a.key)) for a in larger}
+        taken.add((failed.provider.name, failed.model, id(failed.key)))
+        for name in self._wider_models.get(model, ()):
+            try:
+                plan = self.plan(name)
+            except GatewayError:
+                continue  # nothing of that model may be tried now
+            for a in plan:
+                if (a.provider.name, a.model, id(a.key)) not in taken:
+                    taken.add((a.provider.name, a.model, id(a.key)))
+                    larger.append(a)
+        return larger[: max(self._max_attempts - made, 0)]
 
     def _usable(self, target: Target, now: float, waits: list[tuple[float, bool]]) -> list[KeySlot]:
         usable: list[KeySlot] = []

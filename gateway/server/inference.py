@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 from collections.abc import Callable
+from functools import partial
 from time import perf_counter
 from typing import Any
 
@@ -271,6 +272,7 @@ def _actor(
         journal=journal,
         tracer=tracer,
         retries=RetryPolicy.of(state.config.routing),
+        wider=partial(state.router.wider, chat.model),
     )
     return StreamActor(
         request,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import secrets
+from functools import partial
 from typing import Literal
 from typing import NamedTuple
 from typing import Protocol
@@ -117,6 +118,7 @@ class GatewayState:
             journal=journal,
             tracer=tracer,
             retries=RetryPolicy.of(self.config.routing),
+            wider=partial(self.router.wider, model),
         )
 
     def new_request_id(self) -> str:

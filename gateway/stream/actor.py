@@ -108,6 +108,7 @@ class StreamActor:
             journal=job.journal,
             tracer=job.tracer,
             retries=job.retries,
+            wider=job.wider,
         )
         self.client = ClientStream(http, loop, server.client_write_timeout_s)
         self.client.keepalive_bytes = outbound.keepalive

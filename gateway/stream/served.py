@@ -21,6 +21,7 @@ from gateway.providers.base import UnaryResult
 from gateway.routing.router import Attempt
 from gateway.stream.accumulator import StreamAccumulator
 from gateway.upstream.attempts import AttemptTracer
+from gateway.upstream.attempts import Wider
 from gateway.upstream.retries import NO_RETRIES
 from gateway.upstream.retries import RetryPolicy
 from gateway.wire.openai_chat import ChatRequest
@@ -42,6 +43,7 @@ class ChatJob(msgspec.Struct, frozen=True, kw_only=True):
     journal: list[AttemptEntry] | None = None
     tracer: AttemptTracer | None = None
     retries: RetryPolicy = NO_RETRIES  # same-target retries (routing.retries_per_target)
+    wider: Wider | None = None  # context-window fallbacks (Router.wider for this model)
 
 
 class StreamOutcome(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,7 +17,9 @@ For each attempt of the router's plan, while the request's deadline has not pass
    client left);
 6. every credential of the attempt (the key's secrets and the fetched credential's) cut out
    of its error before anyone sees it (`hide`);
-7. a retryable failure moves on to the next attempt; when none is left, `final_error`.
+7. a retryable failure moves on to the next attempt (a transient one may first be tried
+   again on the same target: `retries`); a context-length error moves on only to targets
+   with a larger context window (`wider`); when none is left, `final_error`.
 
 The runner holds only what the loop needs (the current attempt, its credential, the count);
 what a step makes of an attempt is the step's own.
@@ -65,6 +67,11 @@ from gateway.wire.openai_chat import Usage
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 E = TypeVar("E", bound=GatewayError)
+
+
+# (the attempt that answered a context-length error, the rest of the plan, attempts made)
+# -> what to try instead (Router.wider, bound to the client's model)
+Wider = Callable[[Attempt, list[Attempt], int], list[Attempt]]
 
 
 class Ended(msgspec.Struct, frozen=True, gc=False):
@@ -139,6 +146,7 @@ class AttemptRunner:
         "tokens",
         "traceparent",
         "tracer",
+        "wider",
     )
 
     def __init__(
@@ -153,9 +161,11 @@ class AttemptRunner:
         journal: list[AttemptEntry] | None = None,
         tracer: AttemptTracer | None = None,
         retries: RetryPolicy = NO_RETRIES,
+        wider: Wider | None = None,
     ) -> None:
         self.plan = plan
         self.retries = retries
+        self.wider = wider  # context-window fallbacks (Router.wider); None: none
         self.model = model  # the client's model name (the failover metric's label)
         self.loop = loop = asyncio.get_running_loop()
         self.deadline = loop.time() + deadline_s  # loop time: the whole request's deadline
@@ -288,6 +298,10 @@ class AttemptRunner:
                 if self.noting:
                     self._noted(attempt, err.upstream_status, error_kind(err))
                 errors.append(err)
+                if err.context_exceeded and self.wider is not None:
+                    # only a larger context window may take it (the rest of the plan is cut)
+                    plan = plan[:at] + self.wider(attempt, plan[at:], self.attempts)
+                    continue
                 if not err.retryable:
                     break
                 wait = retry_wait(self.retries, err, attempt, plan[at:], retried)

@@ -53,7 +53,8 @@ def test_only_the_runner_asks_key_health_to_begin_an_attempt() -> None:
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         )
     ]
-    assert begins == ["upstream/attempts.py"]
+    # and the circuit probe, which is no client's attempt: the gateway's own half-open probe
+    assert begins == ["server/circuit_probe.py", "upstream/attempts.py"]
 
 
 def test_the_checker_sees_a_timeout() -> None:

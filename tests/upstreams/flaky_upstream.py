@@ -1,6 +1,7 @@
 """A fake OpenAI upstream that fails the first N requests carrying a marker, then answers:
 `fail: {"status": 500}` once (S03, a 500 once), or `{"status": 429, "retry_after": "1"}`
-(S01, a 429 with Retry-After), chosen per marker with `script(marker, failures)`. Every
+(S01, a 429 with Retry-After), or any status with its own `"error"` body (S12, a context
+length exceeded), chosen per marker with `script(marker, failures)`. Every
 request is recorded with the loop time it arrived at (`arrivals`)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from aiohttp import web
 
 from tests.upstreams.faulty_wire import openai_completion
 from tests.upstreams.faulty_wire import openai_error
+from tests.upstreams.faulty_wire import openai_events
 from tests.upstreams.threaded import ThreadedUpstream
 
 
@@ -31,7 +33,7 @@ class FlakyOpenAI(ThreadedUpstream):
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._chat)
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         text = json.dumps(body["messages"])
         self.arrivals.append((text, time.monotonic()))
@@ -42,9 +44,14 @@ class FlakyOpenAI(ThreadedUpstream):
                 if "retry_after" in failure:
                     headers["Retry-After"] = failure["retry_after"]
                 status = failure["status"]
-                return web.json_response(
-                    openai_error(status, f"scripted {status}"), status=status, headers=headers
-                )
+                error = failure.get("error") or openai_error(status, f"scripted {status}")
+                return web.json_response(error, status=status, headers=headers)
+        if body.get("stream"):
+            answer = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await answer.prepare(request)
+            await answer.write(b"".join(openai_events(tools=False)))
+            await answer.write_eof()
+            return answer
         return web.json_response(openai_completion(tools=False))
 
     def count(self, marker: str) -> int:

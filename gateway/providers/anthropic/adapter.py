@@ -40,6 +40,7 @@ from gateway.providers.base import Translated
 from gateway.providers.base import UnaryResult
 from gateway.providers.base import UpstreamCall
 from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import context_window_error
 from gateway.providers.base import excerpt_error
 from gateway.providers.base import status_error
 from gateway.providers.base import tool_input_text
@@ -69,6 +70,9 @@ from gateway.wire.openai_chat import encoder
 FINISH_REASONS = {**STOP_REASONS, "pause_turn": "stop", "refusal": "content_filter"}
 # error events (https://docs.anthropic.com/en/api/errors) a moment later may not repeat
 TRANSIENT_ERRORS = frozenset({"overloaded_error", "api_error"})
+# "prompt is too long: 210000 tokens > 200000 maximum"; "input length and `max_tokens`
+# exceed context limit: ..."
+ANTHROPIC_CONTEXT = ("prompt is too long", "exceed context limit")
 BETA_HEADER = "anthropic-beta"  # the one client header a native request carries upstream
 
 
@@ -314,4 +318,4 @@ class AnthropicAdapter(AdapterDefaults):
     def error_from_response(
         self, status: int, body: bytes, headers: Mapping[str, str]
     ) -> UpstreamError:
-        return error_from_body(status, body)
+        return context_window_error(error_from_body(status, body), ANTHROPIC_CONTEXT)

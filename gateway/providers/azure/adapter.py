@@ -37,6 +37,9 @@ from gateway.providers.azure.urls import azure_source
 from gateway.providers.base import TokenSource
 from gateway.providers.base import UpstreamCall
 from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import context_window_error
+from gateway.providers.openai.adapter import OPENAI_CODES
+from gateway.providers.openai.adapter import OPENAI_CONTEXT
 from gateway.providers.openai.adapter import OpenAIAdapter
 from gateway.providers.openai.adapter import error_from_body
 from gateway.providers.openai.adapter import upstream_body
@@ -66,7 +69,7 @@ class AzureAdapter(OpenAIAdapter):
     def error_from_response(
         self, status: int, body: bytes, headers: Mapping[str, str]
     ) -> UpstreamError:
-        err = error_from_body(status, body)
+        err = context_window_error(error_from_body(status, body), OPENAI_CONTEXT, OPENAI_CODES)
         # Azure's errors often say `"type": null` (content_filter, DeploymentNotFound): a
         # client-fault answer then reads as OpenAI's would.
         if not err.retryable and 400 <= status < 500 and err.type == "upstream_error":

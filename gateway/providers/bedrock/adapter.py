@@ -48,6 +48,7 @@ from gateway.providers.base import Translated
 from gateway.providers.base import UnaryResult
 from gateway.providers.base import UpstreamCall
 from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import context_window_error
 from gateway.providers.base import path_segment
 from gateway.providers.base import status_error
 from gateway.providers.base import tool_input_text
@@ -95,6 +96,9 @@ RETRYABLE_EXCEPTIONS = frozenset(
 TRANSIENT_EXCEPTIONS = frozenset(
     {"serviceUnavailableException", "internalServerException", "modelStreamErrorException"}
 )
+# ValidationException: "Input is too long for requested model."; for Claude, the model's
+# own "prompt is too long: N tokens > M maximum"
+BEDROCK_CONTEXT = ("input is too long", "prompt is too long", "too many input tokens")
 SERVER_TOOL = "server_tool_use"
 
 
@@ -351,4 +355,4 @@ class BedrockAdapter(AdapterDefaults):
     def error_from_response(
         self, status: int, body: bytes, headers: Mapping[str, str]
     ) -> UpstreamError:
-        return error_from_body(status, body, headers)
+        return context_window_error(error_from_body(status, body, headers), BEDROCK_CONTEXT)

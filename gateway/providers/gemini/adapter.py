@@ -29,6 +29,7 @@ from gateway.providers.base import UnaryResult
 from gateway.providers.base import UpstreamCall
 from gateway.providers.base import UpstreamRequest
 from gateway.providers.base import bearer_token
+from gateway.providers.base import context_window_error
 from gateway.providers.base import excerpt_error
 from gateway.providers.base import path_segment
 from gateway.providers.base import status_error
@@ -58,6 +59,8 @@ from gateway.wire.openai_chat import encoder
 
 # error statuses (google.rpc.Code names) a moment later may not repeat; not RESOURCE_EXHAUSTED
 TRANSIENT_STATUSES = frozenset({"UNAVAILABLE", "INTERNAL"})
+# "The input token count (1200293) exceeds the maximum number of tokens allowed (1048576)."
+GEMINI_CONTEXT = ("exceeds the maximum number of tokens",)
 FILTERED = frozenset(
     {
         "SAFETY",
@@ -307,4 +310,4 @@ class GeminiAdapter(AdapterDefaults):
     def error_from_response(
         self, status: int, body: bytes, headers: Mapping[str, str]
     ) -> UpstreamError:
-        return error_from_body(status, body)
+        return context_window_error(error_from_body(status, body), GEMINI_CONTEXT)

@@ -27,6 +27,7 @@ from gateway.providers.base import Translated
 from gateway.providers.base import UnaryResult
 from gateway.providers.base import UpstreamCall
 from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import context_window_error
 from gateway.providers.base import excerpt_error
 from gateway.providers.base import status_error
 from gateway.providers.ollama.config import OllamaProvider
@@ -168,6 +169,10 @@ def completion_of(call: UpstreamCall, response: o.ChatResponse) -> ChatCompletio
     )
 
 
+# with a context shorter than the prompt and truncation off, "exceeds the context length"
+OLLAMA_CONTEXT = ("context length", "context window")
+
+
 def error_from_body(status: int, body: bytes) -> UpstreamError:
     """Map Ollama's `{"error": "..."}`; anything else keeps a short excerpt of the body."""
     try:
@@ -213,4 +218,4 @@ class OllamaAdapter(AdapterDefaults):
     def error_from_response(
         self, status: int, body: bytes, headers: Mapping[str, str]
     ) -> UpstreamError:
-        return error_from_body(status, body)
+        return context_window_error(error_from_body(status, body), OLLAMA_CONTEXT)

@@ -27,6 +27,7 @@ from gateway.providers.base import Translated
 from gateway.providers.base import UnaryResult
 from gateway.providers.base import UpstreamCall
 from gateway.providers.base import UpstreamRequest
+from gateway.providers.base import context_window_error
 from gateway.providers.base import excerpt_error
 from gateway.providers.base import status_error
 from gateway.providers.openai.config import OpenAIProvider
@@ -127,6 +128,11 @@ def error_from_body(status: int, body: bytes) -> UpstreamError:
     )
 
 
+# OpenAI's context-length error (code `context_length_exceeded`); OpenAI-compatible servers
+# (vLLM, DeepSeek, llama.cpp) word it "maximum context length is N tokens" without the code
+OPENAI_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+OPENAI_CONTEXT = ("maximum context length", "context length exceeded", "exceeds the context")
+
 # x-ratelimit-remaining-requests / x-ratelimit-reset-requests: "6m0s", "20ms"
 RATE_LIMITS = ResetHeaders(
     remaining="x-ratelimit-remaining-{}",
@@ -201,4 +207,4 @@ class OpenAIAdapter(AdapterDefaults):
     def error_from_response(
         self, status: int, body: bytes, headers: Mapping[str, str]
     ) -> UpstreamError:
-        return error_from_body(status, body)
+        return context_window_error(error_from_body(status, body), OPENAI_CONTEXT, OPENAI_CODES)
