@@ -274,18 +274,40 @@ class Router:
         known and larger, then the plans of `models[].fallbacks.context_window` in order;
         at most `routing.max_attempts` in all with the `made` attempts so far."""
         window = self.context_window(failed) or 0
-        larger = [a for a in rest if (self.context_window(a) or 0) > window]
-        taken = {(a.provider.name, a.model, id(a.key)) for a in larger}
-        taken.add((failed.provider.name, failed.model, id(failed.key)))
+
+        def where(a: Attempt) -> tuple[str, str, int]:
+            return a.provider.name, a.model, id(a.key)
+
+        taken = {where(failed)}
+        larger: list[Attempt] = []
+
+        def offer(attempts: list[Attempt], *, unknown_ok: bool) -> None:
+            for a in attempts:
+                if where(a) in taken:
+                    continue
+                if unknown_ok or (self.context_window(a) or 0) > window:
+                    taken.add(where(a))
+                    larger.append(a)
+
+        # the plan's order first (balanced), then the model's targets the plan's length
+        # left out: the skipped same-size attempts free their share of max_attempts
+        offer(rest, unknown_ok=False)
+        tiers = self._tiers.get(model) or _tiers(self.targets(model))
+        now = time.monotonic()
+        offer(
+            [
+                self.attempt(t, slot)
+                for tier in tiers
+                for t in tier
+                for slot in self._usable(t, now, [])
+            ],
+            unknown_ok=False,
+        )
         for name in self._wider_models.get(model, ()):
             try:
-                plan = self.plan(name)
+                offer(self.plan(name), unknown_ok=True)  # named by the config: larger
             except GatewayError:
                 continue  # nothing of that model may be tried now
-            for a in plan:
-                if (a.provider.name, a.model, id(a.key)) not in taken:
-                    taken.add((a.provider.name, a.model, id(a.key)))
-                    larger.append(a)
         return larger[: max(self._max_attempts - made, 0)]
 
     def _usable(self, target: Target, now: float, waits: list[tuple[float, bool]]) -> list[KeySlot]:

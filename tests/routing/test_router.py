@@ -372,3 +372,48 @@ def test_weighted_order_needs_one_weight_per_item() -> None:
 
 def test_weighted_order_of_nothing_is_empty() -> None:
     assert weighted_order([], [], random.Random(0)) == []
+
+
+# --- context-window fallbacks -----------------------------------------------------------------
+
+WINDOWS = """
+  - name: m
+    targets:
+      - {provider: up, model: small, context_window: 8000, priority: 0}
+      - {provider: alt, model: unknown-model, priority: 1}
+      - {provider: third, model: gpt-4o, priority: 2}
+      - {provider: alt, model: huge, context_window: 2000000, priority: 3}
+    fallbacks: {context_window: [big]}
+  - name: big
+    targets: [{provider: mock, model: gpt-4.1}]
+"""
+
+
+def test_a_context_error_keeps_only_larger_known_windows_then_the_fallback_models() -> None:
+    r = router(WINDOWS, ROUTING_10)
+    plan = r.plan("m")
+    failed, rest = plan[0], plan[1:]
+    assert [r.context_window(a) for a in plan[:1]] == [8000]
+    wider = r.wider("m", failed, rest, made=1)
+    # the other key of the same target and the model of unknown window are dropped; gpt-4o
+    # comes from the shipped table (128000); the fallback model's target follows the plan's
+    assert [(a.provider.name, a.model) for a in wider] == [
+        ("third", "gpt-4o"),
+        ("third", "gpt-4o"),
+        ("third", "gpt-4o"),
+        ("alt", "huge"),
+        ("mock", "gpt-4.1"),
+    ]
+    # a second context error, from gpt-4o: only the larger ones stay
+    again = r.wider("m", wider[0], wider[3:], made=2)
+    assert [(a.provider.name, a.model) for a in again] == [("alt", "huge"), ("mock", "gpt-4.1")]
+
+
+def test_context_fallbacks_look_past_the_plans_length_and_stay_within_max_attempts() -> None:
+    r = router(WINDOWS, "routing: {max_attempts: 3}\n")
+    plan = r.plan("m")
+    assert [a.provider.name for a in plan] == ["up", "up", "alt"]  # cut at 3
+    # the larger targets the plan's length left out are found; two attempts remain
+    wider = r.wider("m", plan[0], plan[1:], made=1)
+    assert [(a.provider.name, a.model) for a in wider] == [("third", "gpt-4o")] * 2
+    assert r.wider("m", plan[0], plan[1:], made=3) == []
