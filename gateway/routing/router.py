@@ -270,8 +270,9 @@ class Router:
 
     def wider(self, model: str, failed: Attempt, rest: list[Attempt], made: int) -> list[Attempt]:
         """What a request for `model` tries after `failed` answered a context-length error
-        (docs/routing.md, "Context-window fallbacks"): the rest of its plan whose window is
-        known and larger, then the plans of `models[].fallbacks.context_window` in order;
+        (docs/routing.md, "Context-window fallbacks"): the rest of its plan, then the model's
+        targets the plan left out, whose window is known and larger; then the plans of
+        `models[].fallbacks.context_window` in order;
         at most `routing.max_attempts` in all with the `made` attempts so far."""
         window = self.context_window(failed) or 0
 
