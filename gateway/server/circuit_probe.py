@@ -124,7 +124,7 @@ class CircuitProbes:
         if status is not None and 400 <= status < 500 and status not in (401, 403, 429):
             health.released(ticket)  # refused the probe itself: says nothing of the key
             return
-        report_failure(attempt, ticket, hide_credentials(err, attempt.key, None))
+        report_failure(attempt, ticket, err)
 
     async def _send(self, attempt: Attempt) -> None:
         adapter, provider = attempt.adapter, attempt.provider
@@ -155,6 +155,8 @@ class CircuitProbes:
                 )
         except TimeoutError:
             raise UpstreamTimeout(f"the circuit probe had no answer within {bound:g}s") from None
+        except UpstreamError as err:  # the key's secrets and the fetched credential cut out
+            raise hide_credentials(err, attempt.key, credential) from None
         answer.abort()
 
     def __call__(self, health: KeyHealth, reason: str, until: float) -> None:

@@ -49,6 +49,7 @@ from gateway.stream.accumulator import StreamAccumulator
 from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.client_stream import ClientGone
 from gateway.stream.client_stream import ClientStream
+from gateway.stream.client_stream import failover_comment
 from gateway.stream.deadlines import Deadlines
 from gateway.stream.outbound import Outbound
 from gateway.stream.pipeline import ChunkPipeline
@@ -363,7 +364,8 @@ class StreamActor:
             if deliver and self.committed and self.runner.attempts > 1:
                 # the stream was committed before an earlier attempt failed: say who answers
                 await self.client.write(
-                    failover_comment(attempt, self.runner.attempts), progress=False
+                    failover_comment(attempt.provider.name, self.runner.attempts),
+                    progress=False,
                 )
             decoder = make_decoder(attempt.adapter.framing)
             translator = attempt.adapter.translator(call)
@@ -409,12 +411,6 @@ class StreamActor:
     def commit_headers(self) -> dict[str, str]:
         runner = self.runner
         return {**self._job.headers, **runner.served_headers()}
-
-
-def failover_comment(attempt: Attempt, attempts: int) -> bytes:
-    """The SSE comment before the answer of an attempt that took over a committed stream."""
-    name = attempt.provider.name.replace("\n", " ").replace("\r", " ")
-    return f": gateway-failover provider={name} attempts={attempts}\n\n".encode()
 
 
 def _uncancel() -> None:

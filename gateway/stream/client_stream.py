@@ -24,6 +24,14 @@ from gateway.framing.sse import encode_comment
 from gateway.stream.deadlines import Deadlines
 
 KEEPALIVE = encode_comment("keep-alive")
+
+
+def failover_comment(provider: str, attempts: int) -> bytes:
+    """The SSE comment before the answer of an attempt that took over a committed stream."""
+    name = provider.replace("\n", " ").replace("\r", " ")
+    return encode_comment(f"gateway-failover provider={name} attempts={attempts}")
+
+
 _CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError)
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
