@@ -145,6 +145,15 @@ class ModelFallbacks(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, f
     context_window: list[str] = msgspec.field(default_factory=list)
 
 
+class Recovery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """What a stream that breaks after content was sent does (docs/routing.md)."""
+
+    # continue: the next target that can continue an answer gets the text already sent as
+    # a prefill and the client's stream goes on; off: the stream ends with an error event
+    mode: Literal["off", "continue"] = "off"
+    max_continuations: int = 2  # breaks one stream may be continued after
+
+
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """A model name clients may send, and the targets that serve it."""
 
@@ -154,6 +163,7 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     price: Price | None = None
     cache: ModelCache | None = None  # None: the global `cache` settings
     fallbacks: ModelFallbacks | None = None
+    recovery: Recovery | None = None  # None: off
 
 
 class VirtualKeyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):

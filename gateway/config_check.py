@@ -254,6 +254,10 @@ def _check_models(
                     yield at, "must name another model, not this one"
                 elif name not in names:
                     yield at, f"unknown model '{name}'"
+        if m.recovery is not None and not is_bad(m.recovery):
+            yield from _at_least(
+                m.recovery.max_continuations, 1, (*here, "recovery", "max_continuations")
+            )
         if m.price is not None:
             for field in (
                 "input_per_mtok",

@@ -910,3 +910,37 @@ def test_context_window_fallbacks_name_other_configured_models() -> None:
         "models[0].fallbacks.context_window[0]: must name another model, not this one",
         "models[0].fallbacks.context_window[1]: unknown model 'nowhere'",
     ]
+
+
+def test_recovery_and_continuation_are_checked() -> None:
+    problems = problems_of(
+        """
+        providers:
+          - {name: p, kind: openai, keys: [{key: k}], continuation: prefix}
+        models:
+          - name: m
+            targets: [{provider: p, model: m}]
+            recovery: {mode: continue, max_continuations: 0}
+        """
+    )
+    assert problems == ["models[0].recovery.max_continuations: must be >= 1"]
+    with pytest.raises(ConfigError) as err:
+        parse_config(
+            "providers:\n  - {name: p, kind: openai, keys: [{key: k}], continuation: always}\n",
+            env={},
+        )
+    assert "continuation" in str(err.value)
+    with pytest.raises(ConfigError) as err:  # only an OpenAI-compatible server declares it
+        parse_config(
+            "providers:\n  - {name: a, kind: anthropic, keys: [{key: k}], continuation: prefix}\n",
+            env={},
+        )
+    assert "continuation" in str(err.value)
+    config = parse_config(
+        "providers:\n  - {name: p, kind: openai, keys: [{key: k}]}\n"
+        "models:\n  - {name: m, targets: [{provider: p, model: x}], recovery: {mode: continue}}\n",
+        env={},
+    )
+    recovery = config.models[0].recovery
+    assert recovery is not None
+    assert (recovery.mode, recovery.max_continuations) == ("continue", 2)

@@ -23,6 +23,7 @@ SANS_IO_PACKAGES = ("wire", "framing", "providers", "inbound", "emulation")
 SANS_IO_MODULES = (
     "stream/accumulator.py",
     "stream/chat_outbound.py",
+    "stream/continuation.py",
     "stream/outbound.py",
     "stream/pipeline.py",
 )

@@ -181,6 +181,13 @@ class GatewayMetrics:
             "Attempts moved on to another target of the model",
             ["model"],
         )
+        self.recoveries = family(
+            "gateway_recoveries_total",
+            "counter",
+            "Streams that broke after content with recovery on: recovered, failed, "
+            "not_continuable (by the provider whose stream broke first)",
+            ["model", "provider", "result"],
+        )
         self.key_cooldowns = family(
             "gateway_key_cooldowns_total",
             "counter",
@@ -290,6 +297,9 @@ class GatewayMetrics:
 
     def failover_for(self, model: str) -> Counter:
         return self.failovers.counter(self.model_label(model))
+
+    def recovery_for(self, model: str, provider: str, result: str) -> Counter:
+        return self.recoveries.counter(self.model_label(model), provider, result)
 
     def key_cooldown_for(self, provider: str, reason: str) -> Counter:
         return self.key_cooldowns.counter(provider, reason)

@@ -166,6 +166,19 @@ def cannot_count_tokens(self: object, call: UpstreamCall) -> TokenCount | None:
     return None
 
 
+def cannot_continue(self: object, model: str) -> str | None:
+    """`prefill_mode` of an adapter whose upstream cannot continue an answer it is given."""
+    return None
+
+
+# How an upstream takes a trailing assistant turn as the start of its answer (a stream that
+# broke after content goes on there, stream/continuation.py):
+PREFILL = "prefill"  # the last assistant message is the answer's start (Anthropic's prefill):
+# its trailing whitespace is refused, so it is cut and dropped from the continuation's start
+CONTINUE_FINAL_MESSAGE = "continue_final_message"  # vLLM/SGLang: that flag, no generation prompt
+PREFIX = "prefix"  # DeepSeek, Mistral: `"prefix": true` on the last assistant message
+
+
 class Translated(msgspec.Struct, gc=False):
     """A canonical chunk and, when it is the upstream's own unchanged JSON, those bytes."""
 
@@ -223,16 +236,23 @@ class ProviderAdapter(Protocol):
         self, status: int, body: bytes, headers: Mapping[str, str]
     ) -> UpstreamError: ...
 
+    def prefill_mode(self, model: str) -> str | None:
+        """How `model` upstream continues an answer from a trailing assistant turn
+        (PREFILL, CONTINUE_FINAL_MESSAGE, PREFIX); None: it cannot."""
+        ...
+
 
 class AdapterDefaults:
     """What most adapters declare: an SSE body, non-streaming requests sent non-streaming,
-    keys sent as they are, no token counting, nothing forwarded natively, no rate-limit
-    headers. An adapter subclasses it and declares only where its kind differs."""
+    keys sent as they are, no token counting, no continuation of an answer, nothing
+    forwarded natively, no rate-limit headers. An adapter subclasses it and declares only
+    where its kind differs."""
 
     framing = "sse"
     native_unary = True
     token_source = no_token_source
     count_tokens = cannot_count_tokens
+    prefill_mode = cannot_continue
     native_apis: frozenset[str] = frozenset()
     rate_limits: tuple[ResetHeaders, ...] = ()
 

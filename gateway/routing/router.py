@@ -26,6 +26,7 @@ import msgspec
 from gateway.config import Config
 from gateway.config import ProviderConfig
 from gateway.config import ProviderKey
+from gateway.config import Recovery
 from gateway.config import Target
 from gateway.errors import BadRequest
 from gateway.errors import GatewayError
@@ -115,6 +116,11 @@ class Router:
             if m.fallbacks is not None and m.fallbacks.context_window
         }
         self._emulated = frozenset(m.name for m in config.models if m.tools == "emulate")
+        self._recovery = {
+            m.name: m.recovery
+            for m in config.models
+            if m.recovery is not None and m.recovery.mode != "off"
+        }
         self._max_attempts = config.routing.max_attempts
         self._strategy = config.routing.strategy
         self._rng = rng or random.Random()
@@ -195,6 +201,10 @@ class Router:
     def emulates_tools(self, model: str) -> bool:
         """True for a configured model with `tools: emulate` (its upstream takes no tools)."""
         return model in self._emulated
+
+    def recovery(self, model: str) -> Recovery | None:
+        """The model's `recovery` when it is on (a stream broken after content goes on)."""
+        return self._recovery.get(model)
 
     def plan(self, model: str) -> list[Attempt]:
         """Every attempt this request may make, in order, at most `routing.max_attempts`;

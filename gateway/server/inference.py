@@ -41,6 +41,7 @@ from gateway.cache.serve import keep
 from gateway.cache.serve import look_up
 from gateway.cache.service import CACHE_HEADER
 from gateway.cache.service import Lookup
+from gateway.config import Recovery
 from gateway.emulation.request import ToolEmulation
 from gateway.emulation.request import emulate_tools
 from gateway.errors import GatewayError
@@ -183,6 +184,11 @@ async def serve_chat(
         if record is not None and ticket.key is not None:
             record.key, record.key_id = ticket.key.name, ticket.key.id
         on_answer = _stream_settler(accounting, ticket, record, outbound)
+        recovery = router.recovery(chat.model) if chat.stream else None
+        if recovery is not None:
+            # a stream that may be continued elsewhere is translated, so that the gateway
+            # owns its identity (docs/routing.md, "Continuation after content")
+            native = None
         actor = _actor(
             request,
             state,
@@ -194,6 +200,8 @@ async def serve_chat(
             emulation,
             on_answer,
             cache_result=lookup.result if lookup is not None else None,
+            recovery=recovery,
+            prompt_tokens=ticket.prompt_tokens,
         )
         streams = None
         if chat.stream:
@@ -251,6 +259,8 @@ def _actor(
     on_answer: Callable[[StreamOutcome], Awaitable[None]],
     *,
     cache_result: str | None = None,
+    recovery: Recovery | None = None,
+    prompt_tokens: int = 0,
 ) -> StreamActor:
     request_id = request[REQUEST_ID]
     record = request.get(RECORD)
@@ -273,6 +283,8 @@ def _actor(
         tracer=tracer,
         retries=RetryPolicy.of(state.config.routing),
         wider=partial(state.router.wider, chat.model),
+        recovery=recovery,
+        prompt_tokens=prompt_tokens,
     )
     return StreamActor(
         request,
@@ -353,7 +365,7 @@ async def _settle(
     if attempt is None:
         await accounting.release(ticket)
         return None
-    usage, estimated = outcome.usage, False
+    usage, estimated = outcome.usage, outcome.usage_estimated
     if usage is None:
         # No count from the upstream: what was streamed (or, for a non-streaming answer
         # passed through whole, its body) is the estimate.

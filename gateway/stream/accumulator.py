@@ -189,7 +189,7 @@ class StreamAccumulator:
                 new_reason = state.finish_reason
         if new_delta is delta and new_reason == reason and index == choice.index:
             return choice
-        if new_reason is UNSET and _delta_is_empty(new_delta):
+        if new_reason is UNSET and delta_is_empty(new_delta):
             return None
         return replace(choice, index=index, delta=new_delta, finish_reason=new_reason)
 
@@ -338,7 +338,7 @@ class StreamAccumulator:
         return result
 
 
-def _delta_is_empty(delta: Delta) -> bool:
+def delta_is_empty(delta: Delta) -> bool:
     return (
         delta.role is UNSET
         and delta.content is UNSET

@@ -50,10 +50,12 @@ from gateway.stream.chat_outbound import ChatOutbound
 from gateway.stream.client_stream import ClientGone
 from gateway.stream.client_stream import ClientStream
 from gateway.stream.client_stream import failover_comment
+from gateway.stream.client_stream import recovered_comment
 from gateway.stream.deadlines import Deadlines
 from gateway.stream.outbound import Outbound
 from gateway.stream.pipeline import ChunkPipeline
 from gateway.stream.read_loop import read_to_end
+from gateway.stream.recovery import StreamRecovery
 from gateway.stream.served import ChatJob
 from gateway.stream.served import StreamOutcome
 from gateway.upstream.attempts import AttemptRunner
@@ -111,6 +113,7 @@ class StreamActor:
             retries=job.retries,
             wider=job.wider,
         )
+        self.recovery = StreamRecovery.of(job) if self.stream else None
         self.client = ClientStream(http, loop, server.client_write_timeout_s)
         self.client.keepalive_bytes = outbound.keepalive
         self.accumulator: StreamAccumulator | None = None
@@ -135,6 +138,12 @@ class StreamActor:
     def committed(self) -> bool:
         return self.client.committed
 
+    @property
+    def _resuming(self) -> StreamRecovery | None:
+        """The stream's recovery once it broke after content and is being continued."""
+        recovery = self.recovery
+        return recovery if recovery is not None and recovery.resumed is not None else None
+
     # --- the request ---------------------------------------------------------------------
 
     async def run(self) -> StreamOutcome:
@@ -146,8 +155,11 @@ class StreamActor:
         except GatewayError as err:
             if not self.committed:
                 return self.outcome(error=err)
+            resuming = self._resuming
+            if resuming is not None:
+                err = resuming.failed(self.runner.attempt)  # no target continued it
             # committed by time (headers, keep-alives) and every attempt failed before any
-            # answer: the stream ends with the error, as after content
+            # answer, or after content and none continued it: the stream ends with the error
             self.stream_error = err
             return self.outcome(await self.client.end(self.outbound.error(err)))
         except asyncio.CancelledError:
@@ -174,6 +186,7 @@ class StreamActor:
             client_too_slow=client.too_slow,
             stream_error=self.stream_error,
             usage=self.usage,
+            usage_estimated=self.recovery is not None and self.recovery.estimated,
             accumulator=self.accumulator,
             unary=self.unary,
             first_token_at=self.first_token_at,
@@ -191,7 +204,9 @@ class StreamActor:
     async def send(self, attempt: Attempt) -> web.StreamResponse:
         self.stream_error, self._released, self.first_byte = None, False, 0.0
         self.unary = None
-        self.first_token_at, self.attempt_mark = 0.0, perf_counter()
+        self.attempt_mark = perf_counter()
+        if self._resuming is None:
+            self.first_token_at = 0.0  # (a continued stream's first token came before)
         if self.stream:
             return await self._serve_stream(attempt)
         # emulated tool calls are parsed from the text: the upstream streams then
@@ -213,10 +228,14 @@ class StreamActor:
     def call(self, attempt: Attempt, stream: bool) -> UpstreamCall:
         job = self._job
         native = job.native
+        request, body = job.request, job.body
+        resuming = self._resuming
+        if resuming is not None:
+            request, body = resuming.request(attempt, request, body)  # the answer so far
         return self.runner.call(
             attempt,
-            job.request,
-            job.body,
+            request,
+            body,
             stream=stream,
             request_id=job.request_id,
             created=self.created,
@@ -303,6 +322,14 @@ class StreamActor:
                 # nothing of an answer reached the client (at most headers and keep-alives
                 # after commit_after_s): the next attempt's answer can still be the stream
                 raise
+            recovery = self.recovery
+            if recovery is not None:
+                if not recovery.mid_answer():
+                    raise  # a continuing attempt failed before joining: the next one
+                assert self.accumulator is not None
+                if recovery.broke(self.runner.hide(err), self.accumulator, attempt):
+                    self.runner.resuming = recovery.takes
+                    raise  # the next target that can continues the answer
             self.stream_error = self.runner.hide(err)
             return await self.client.end(self.outbound.error(err))
         except ClientGone:
@@ -318,6 +345,10 @@ class StreamActor:
             self.stream_error = shutdown
             return await self.client.end(self.outbound.error(shutdown))
         self.usage = pipeline.acc.usage
+        resuming = self._resuming
+        if resuming is not None:
+            self.usage = resuming.recovered(pipeline.acc, attempt)  # every attempt's
+            pipeline.usage_raw = None
         if self._on_answer is not None:
             await self._on_answer(self.outcome())
         mark = perf_counter()
@@ -332,13 +363,19 @@ class StreamActor:
         job = self._job
         call = self.call(attempt, stream=True)
         timeouts = attempt.provider.timeouts
-        self.client.pending = []
-        self.client.headers = self.commit_headers()
-        self.outbound.start_attempt(call.native is not None, call)
-        acc = self.accumulator = StreamAccumulator(
-            single_choice=not (job.request.n and job.request.n > 1),
-            id_seed=job.request_id,
-        )
+        recovery, acc = self._resuming, self.accumulator
+        if recovery is not None and acc is not None:
+            # the stream goes on: what the broken attempt said leaves before the rest
+            recovery.attempt(acc)
+            await self.client.flush()
+        else:
+            self.client.pending = []
+            self.client.headers = self.commit_headers()
+            self.outbound.start_attempt(call.native is not None, call)
+            acc = self.accumulator = StreamAccumulator(
+                single_choice=not (job.request.n and job.request.n > 1),
+                id_seed=job.request_id,
+            )
         deadlines = self.client.deadlines = Deadlines(
             opened=self.loop.time(),
             timeouts=timeouts,
@@ -363,12 +400,17 @@ class StreamActor:
             )
             if deliver and self.committed and self.runner.attempts > 1:
                 # the stream was committed before an earlier attempt failed: say who answers
+                name, attempts = attempt.provider.name, self.runner.attempts
                 await self.client.write(
-                    failover_comment(attempt.provider.name, self.runner.attempts),
+                    recovered_comment(name, attempts)
+                    if recovery is not None
+                    else failover_comment(name, attempts),
                     progress=False,
                 )
             decoder = make_decoder(attempt.adapter.framing)
             translator = attempt.adapter.translator(call)
+            if recovery is not None:
+                translator = recovery.translator(attempt, translator)
             emulation = job.tool_emulation
             if emulation is not None:
                 translator = EmulatedToolCalls(translator, emulation, job.request_id)

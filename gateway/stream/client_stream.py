@@ -32,6 +32,12 @@ def failover_comment(provider: str, attempts: int) -> bytes:
     return encode_comment(f"gateway-failover provider={name} attempts={attempts}")
 
 
+def recovered_comment(provider: str, attempts: int) -> bytes:
+    """The SSE comment before the continuation of an answer that broke after content."""
+    name = provider.replace("\n", " ").replace("\r", " ")
+    return encode_comment(f"gateway-recovered attempts={attempts} provider={name}")
+
+
 _CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError)
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -113,6 +119,12 @@ class ClientStream:
         pending, self.pending = self.pending, []
         data = b"".join(pending) if pending else self.keepalive_bytes
         await self.write(data, progress=bool(pending))
+
+    async def flush(self) -> None:
+        """Write what is held back now (a committed stream that goes on elsewhere)."""
+        if self.pending:
+            pending, self.pending = self.pending, []
+            await self.write(b"".join(pending))
 
     async def keepalive(self) -> None:
         await self.write(self.keepalive_bytes, progress=False)

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from gateway.config import Recovery
 from gateway.emulation.request import ToolEmulation
 from gateway.errors import GatewayError
 from gateway.observability.request_entry import AttemptEntry
@@ -44,6 +45,8 @@ class ChatJob(msgspec.Struct, frozen=True, kw_only=True):
     tracer: AttemptTracer | None = None
     retries: RetryPolicy = NO_RETRIES  # same-target retries (routing.retries_per_target)
     wider: Wider | None = None  # context-window fallbacks (Router.wider for this model)
+    recovery: Recovery | None = None  # models[].recovery of a stream's model (None: off)
+    prompt_tokens: int = 0  # the prompt's estimate, for a broken attempt's usage
 
 
 class StreamOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,6 +63,9 @@ class StreamOutcome(msgspec.Struct, frozen=True, kw_only=True):
     client_too_slow: bool  # the client stopped reading and was cut off
     stream_error: GatewayError | None  # what a committed stream ended with
     usage: Usage | None  # the upstream's count, if it gave one
+    # part of `usage` is an estimate (a stream continued after an attempt that broke
+    # before its usage came)
+    usage_estimated: bool = False
     # What was streamed, for the estimate when the upstream gave no usage (None: the answer
     # was passed through whole, and its body is the estimate's text)
     accumulator: StreamAccumulator | None

@@ -19,7 +19,9 @@ For each attempt of the router's plan, while the request's deadline has not pass
    of its error before anyone sees it (`hide`);
 7. a retryable failure moves on to the next attempt (a transient one may first be tried
    again on the same target: `retries`); a context-length error moves on only to targets
-   with a larger context window (`wider`); when none is left, `final_error`.
+   with a larger context window (`wider`); a stream continued after content (`resuming`)
+   moves on past any failure, to the targets that can continue it; when none is left,
+   `final_error`.
 
 The runner holds only what the loop needs (the current attempt, its credential, the count);
 what a step makes of an attempt is the step's own.
@@ -140,6 +142,7 @@ class AttemptRunner:
         "plan",
         "pool",
         "refusals",
+        "resuming",
         "retries",
         "started",
         "token",
@@ -185,6 +188,10 @@ class AttemptRunner:
         self.tracer = tracer
         self.noting = journal is not None or tracer is not None  # one test per attempt end
         self.traceparent: str | None = None  # the current attempt's, for its upstream request
+        # Set by a stream being continued after content (stream/continuation.py): only the
+        # targets it accepts are tried, and a refusal (a 4xx: a rejected prefill) moves on
+        # to the next instead of ending the request.
+        self.resuming: Callable[[Attempt], bool] | None = None
 
     def call(
         self,
@@ -266,6 +273,9 @@ class AttemptRunner:
             started = loop.time()
             if started >= self.deadline:
                 break
+            resuming = self.resuming
+            if resuming is not None and not resuming(attempt):
+                continue
             health = attempt.health
             now = time.monotonic()
             # The plan was drawn before earlier attempts ran: a key may have become
@@ -302,7 +312,7 @@ class AttemptRunner:
                     # only a larger context window may take it (the rest of the plan is cut)
                     plan = plan[:at] + self.wider(attempt, plan[at:], self.attempts)
                     continue
-                if not err.retryable:
+                if not err.retryable and self.resuming is None:
                     break
                 wait = retry_wait(self.retries, err, attempt, plan[at:], retried)
                 if wait is not None and loop.time() + wait < self.deadline:

@@ -1,6 +1,7 @@
 """The Grafana dashboard against real data: a real Prometheus scrapes a real gateway while a
 short mixed load runs through it (successes, streams, tools, failovers, retries, key
-cooldowns, upstream failures, budget and rate-limit refusals), then every PromQL expression
+cooldowns, upstream failures, budget and rate-limit refusals, a stream continued
+after content), then every PromQL expression
 of every panel, and every variable's label query, is evaluated through Prometheus's HTTP API
 and must return data. Also the dashboard's structure and the provisioning files.
 """
@@ -65,6 +66,7 @@ MIX: list[tuple[str, dict[str, Any], str | None, set[int]]] = [
     ("budget", {"model": "chat", "messages": HI}, TINY_BUDGET_KEY, {429}),
     ("rpm", {"model": "chat", "messages": HI}, ONE_RPM_KEY, {200, 429}),
     ("cached", {"model": "cached", "messages": HI}, None, {200}),
+    ("recovered-stream", {"model": "recovering", "messages": HI, "stream": True}, None, {200}),
 ]  # fmt: skip
 
 
@@ -94,6 +96,10 @@ providers:
       - {{key: "{UPSTREAM_KEY}"}}
   - {{name: dead, kind: openai, base_url: "{url}", keys: [{{key: "{UPSTREAM_KEY}"}}]}}
   - {{name: picky, kind: openai, base_url: "{url}", keys: [{{key: "{UPSTREAM_KEY}"}}]}}
+  # an OpenAI-compatible server that continues answers (the fake answers its text anew:
+  # the dashboard needs the recovery counted, not the joined answer)
+  - {{name: compat, kind: openai, base_url: "{url}", keys: [{{key: "{UPSTREAM_KEY}"}}],
+      continuation: continue_final_message}}
 models:
   - {{name: chat, targets: [{{provider: main, model: text}}], price: {price}}}
   - {{name: tools, targets: [{{provider: flaky, model: interleaved-2}}], price: {price}}}
@@ -102,6 +108,11 @@ models:
       - {{provider: dead, model: fail-500, priority: 0}}
       - {{provider: main, model: text, priority: 1}}
     price: {price}
+  - name: recovering
+    recovery: {{mode: continue}}
+    targets:
+      - {{provider: main, model: error-after, priority: 0}}
+      - {{provider: compat, model: text, priority: 1}}
   - {{name: down, targets: [{{provider: dead, model: fail-500}}]}}
   - {{name: refused, targets: [{{provider: picky, model: fail-400}}]}}
   - {{name: cached, targets: [{{provider: main, model: text}}], price: {price},

@@ -33,6 +33,7 @@ from gateway.providers.anthropic.config import AnthropicProvider
 from gateway.providers.anthropic.count_tokens import count_tokens
 from gateway.providers.anthropic.request import answer_tool
 from gateway.providers.anthropic.request import build_messages_request
+from gateway.providers.base import PREFILL
 from gateway.providers.base import AdapterDefaults
 from gateway.providers.base import ResetHeaders
 from gateway.providers.base import TokenCount
@@ -279,6 +280,9 @@ class AnthropicAdapter(AdapterDefaults):
 
     def __init__(self, provider: AnthropicProvider) -> None:
         self._url = effective_base_url(provider) + "/v1/messages"
+
+    def prefill_mode(self, model: str) -> str | None:
+        return PREFILL  # a last assistant turn is the answer's start (a prefill)
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest:
         headers = {"content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION}

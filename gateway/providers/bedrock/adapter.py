@@ -41,6 +41,7 @@ from gateway.errors import UpstreamError
 from gateway.errors import UpstreamProtocolError
 from gateway.errors import UpstreamStreamError
 from gateway.framing.aws_eventstream import EventStreamMessage
+from gateway.providers.base import PREFILL
 from gateway.providers.base import AdapterDefaults
 from gateway.providers.base import TokenCount
 from gateway.providers.base import TokenSource
@@ -310,6 +311,11 @@ class BedrockAdapter(AdapterDefaults):
 
     def token_source(self, key: ProviderKey | None) -> TokenSource | None:
         return identity_source(self._provider, key)
+
+    def prefill_mode(self, model: str) -> str | None:
+        # Converse takes a last assistant turn as a prefill for Anthropic's models only
+        # (`anthropic.claude-...`, and the inference profiles `us.anthropic.claude-...`)
+        return PREFILL if "anthropic." in model else None
 
     def count_tokens(self, call: UpstreamCall) -> TokenCount:
         url = f"{self._base}/model/{path_segment(call.model)}/count-tokens"

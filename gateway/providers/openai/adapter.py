@@ -171,11 +171,18 @@ class OpenAIAdapter(AdapterDefaults):
     """Chat Completions against `base_url` (`https://api.openai.com/v1` by default)."""
 
     rate_limits = (RATE_LIMITS,)
+    _continuation: str | None = None  # OpenAI itself (and Azure) continues no answer
 
     def __init__(self, provider: OpenAIProvider) -> None:
         base = effective_base_url(provider)
         self._url = base + "/chat/completions"
         self._responses_url = base + "/responses"
+        # an OpenAI-compatible server that declares how it continues an answer
+        if provider.continuation != "none":
+            self._continuation = provider.continuation
+
+    def prefill_mode(self, model: str) -> str | None:
+        return self._continuation
 
     def build_request(self, call: UpstreamCall) -> UpstreamRequest:
         headers = {"Content-Type": "application/json"}
