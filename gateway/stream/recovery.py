@@ -73,9 +73,10 @@ class StreamRecovery:
         return attempt.api == "chat" and attempt.adapter.prefill_mode(attempt.model) is not None
 
     def mid_answer(self) -> bool:
-        """True unless a continuing attempt failed before any of its output joined the
-        stream (that is one more attempt, not another break)."""
-        return self.joined is None or self.joined.joined
+        """False when a continuing attempt failed before any of its output joined the
+        stream (an error status, a reset, a timeout before its answer, or nothing for the
+        client yet): that is one more attempt, not another break."""
+        return self.resumed is None or (self.joined is not None and self.joined.joined)
 
     def broke(self, err: UpstreamError, acc: StreamAccumulator, attempt: Attempt) -> bool:
         """The stream broke after content: True when it is to be continued (the runner
@@ -107,6 +108,7 @@ class StreamRecovery:
         """A continuing attempt begins: what `acc` holds of usage is the broken ones'."""
         acc.usage = acc.usage_chunk = None
         self._chars_before = streamed_chars(acc)
+        self.joined = None  # until its answer starts
 
     def request(
         self, attempt: Attempt, request: ChatRequest, body: dict[str, Any]

@@ -137,6 +137,13 @@ models:{_models()}
       - {{provider: cut, model: {_model("anthropic", "error", "space")}, priority: 0}}
       - {{provider: cut, model: {_model("anthropic", "reset", "char")}, priority: 1}}
       - {{provider: anth, model: answer, priority: 2}}
+  - name: fails-before-joining
+    recovery: {{mode: continue, max_continuations: 1}}
+    targets:
+      - {{provider: cut, model: {_model("anthropic", "reset", "word")}, priority: 0}}
+      - {{provider: anth, model: fail-500, priority: 1}}
+      - {{provider: anth, model: reject-prefill, priority: 2}}
+      - {{provider: anth, model: answer, priority: 3}}
   - name: nobody-continues
     recovery: {{mode: continue}}
     targets:
@@ -277,6 +284,22 @@ def test_a_stream_is_continued_after_each_break_up_to_max_continuations(
     had = _until_the_error(gw, "once-only")
     assert ANSWER.startswith(had)  # what it had, never doubled
     assert had != ANSWER
+
+
+def test_a_continuation_that_fails_before_its_answer_is_one_more_attempt(
+    gw: Gateway, upstream: ContinuingUpstream
+) -> None:
+    """A 500 and a refused prefill on the way are attempts of the one continuation
+    (max_continuations: 1), not breaks of their own: the last target finishes the answer."""
+    before = len(upstream.seen)
+    text, finishes, _ = _chat(gw, "fails-before-joining")
+    assert text == ANSWER
+    assert finishes == ["stop"]
+    assert [model for model, _ in upstream.seen[before + 1 :]] == [
+        "fail-500",
+        "reject-prefill",
+        "answer",
+    ]
 
 
 @pytest.mark.parametrize("model", ["nobody-continues", "recovery-off"])

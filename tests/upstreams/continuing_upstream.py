@@ -15,6 +15,7 @@ Every answer is ANSWER, or the rest of it after the answer's start a request car
 The upstream model id says what the answer does:
   answer                 the answer (or its rest) whole
   reject-prefill         a 400 for any request ending in an assistant turn, else `answer`
+  fail-500               a 500 (the provider's error body), always
   break-<how>-<byte>     the answer's stream up to byte <byte> of its body, then <how>:
                          reset (RST), stall (silence until the client hangs up), truncated
                          (a clean end), error (the provider's overloaded error event after
@@ -179,6 +180,8 @@ class ContinuingUpstream(ThreadedUpstream):
         last = body["messages"][-1]
         start = _text_of(last["content"]) if last["role"] == "assistant" else ""
         model = body["model"]
+        if model == "fail-500":
+            return _anthropic_error(500, "Internal server error", "api_error")
         if last["role"] == "assistant":
             if model == "reject-prefill":
                 return _anthropic_error(400, "This model does not support assistant prefill.")
@@ -255,8 +258,10 @@ def _openai_error(message: str) -> web.Response:
     return web.json_response(body, status=400)
 
 
-def _anthropic_error(status: int, message: str) -> web.Response:
-    body = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+def _anthropic_error(
+    status: int, message: str, kind: str = "invalid_request_error"
+) -> web.Response:
+    body = {"type": "error", "error": {"type": kind, "message": message}}
     return web.json_response(body, status=status)
 
 

@@ -3,7 +3,10 @@ AWS event-stream frames (framed with `encode_message`, as the Bedrock fake does)
 JSON answer, AWS error answers (`x-amzn-errortype` + `{"message"}`), and the damaged frames
 the Bedrock-only modes send. The answer is the same TEXT and CALLS as the other kinds:
 messageStart, a text block (index 0) of TEXT_PIECES, with tools two toolUse blocks (index 1
-and 2: contentBlockStart, input fragments, contentBlockStop), messageStop, metadata usage."""
+and 2: contentBlockStart, input fragments, contentBlockStop), messageStop, metadata usage.
+A last assistant message is a prefill for Anthropic's models (`anthropic.` in the model id),
+refused as Anthropic refuses it when it ends in whitespace; the other models refuse it, as
+Bedrock does for a model that takes none."""
 
 from __future__ import annotations
 
@@ -14,8 +17,13 @@ from gateway.framing.aws_eventstream import encode_message
 from tests.upstreams.faulty_wire import CALLS
 from tests.upstreams.faulty_wire import TEXT
 from tests.upstreams.faulty_wire import TEXT_PIECES
+from tests.upstreams.faulty_wire import TRAILING_WHITESPACE
 from tests.upstreams.faulty_wire import Api
+from tests.upstreams.faulty_wire import BadPrefill
+from tests.upstreams.faulty_wire import checked
 from tests.upstreams.faulty_wire import fragments
+from tests.upstreams.faulty_wire import last_assistant
+from tests.upstreams.faulty_wire import text_of
 
 Headers = dict[str, str | bytes | bool | int]
 USAGE = {"inputTokens": 30, "outputTokens": 12, "totalTokens": 42}
@@ -55,11 +63,10 @@ def bad_crc(frame: bytes) -> bytes:
     return frame[:-4] + crc.to_bytes(4, "big")
 
 
-def bedrock_events(tools: bool) -> list[bytes]:
+def bedrock_events(tools: bool, pieces: list[str] = TEXT_PIECES) -> list[bytes]:
     events = [event("messageStart", {"role": "assistant"})]
     events += [
-        event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": p}})
-        for p in TEXT_PIECES
+        event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": p}}) for p in pieces
     ]
     events.append(event("contentBlockStop", {"contentBlockIndex": 0}))
     if tools:
@@ -77,8 +84,8 @@ def bedrock_events(tools: bool) -> list[bytes]:
     return events
 
 
-def bedrock_response(tools: bool) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"text": TEXT}]
+def bedrock_response(tools: bool, text: str = TEXT) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"text": text}]
     if tools:
         content += [
             {"toolUse": {"toolUseId": f"tooluse_faulty_{i}", "name": name, "input": args}}
@@ -90,6 +97,23 @@ def bedrock_response(tools: bool) -> dict[str, Any]:
         "usage": USAGE,
         "metrics": {"latencyMs": 12},
     }
+
+
+def bedrock_prefill(body: dict[str, Any]) -> str | None:
+    """Converse: a last assistant message is a prefill for Anthropic's models only (the
+    body's `model` is the one of the request's path)."""
+    last = last_assistant(body)
+    if last is None:
+        return None
+    if "anthropic." not in str(body.get("model")):
+        raise BadPrefill(
+            "A conversation must end with a user message. Try again with a conversation"
+            " that ends with a user message."
+        )
+    prefill = text_of(last.get("content"))
+    if prefill != prefill.rstrip():
+        raise BadPrefill(f"The model returned the following errors: {TRAILING_WHITESPACE}")
+    return checked(prefill)
 
 
 def bedrock_error(status: int, message: str) -> dict[str, Any]:
@@ -117,6 +141,7 @@ BEDROCK = Api(
     bedrock_events,
     bedrock_response,
     bedrock_error,
+    bedrock_prefill,
     1,
     exception("serviceUnavailableException", "Bedrock is unable to process your request."),
     503,

@@ -5,7 +5,9 @@ any SigV4 signature accepted) on one aiohttp server, each in its provider's exac
 (built in faulty_wire.py and faulty_bedrock.py).
 
 What one answer does is its *mode*. The upstream model id names it (a gateway target
-`{provider: oa, model: fail-500}` always fails), unless a script says otherwise:
+`{provider: oa, model: fail-500}` always fails; a Claude-style Bedrock id names it after
+`anthropic.claude-`: `anthropic.claude-ok`, `us.anthropic.claude-stall`), unless a script
+says otherwise:
 `script(tag, modes)` (thread-safe) gives the requests whose messages contain `tag:<tag>` the
 `modes` one per request, in order; once a script is used up the model's mode applies again.
 Upstreams built with one `Scripts` share them.
@@ -47,6 +49,22 @@ seed however its requests interleave.
 
 "Some content" is the first two pieces of TEXT, so a gateway has committed by then. Every
 request is recorded (`seen()`) with the mode it got.
+
+A request may continue an answer from a prefill, as each provider does: its last message
+is an assistant turn holding the answer's start (Anthropic Messages, and Bedrock Converse for
+Anthropic's models, whose ids hold `anthropic.`; OpenAI chat only with vLLM's
+`continue_final_message: true` and `add_generation_prompt: false`, or DeepSeek's
+`"prefix": true` on the message). The answer (healthy, and the "some content" of the modes
+above) is then the rest of TEXT after the prefill, in TEXT_PIECES cut where the prefill
+ends, and the calls when the request has tools; "some content" is as much of the first two
+pieces of that rest as there is (none when the prefill is all of TEXT: the mode then fails
+before any content). The prefill is recorded (`Seen.prefill`, a refused one too). A prefill
+that is not a start of TEXT, or one the provider refuses (Anthropic's and
+Claude-on-Bedrock's ending in whitespace, any on a Bedrock model that is not Anthropic's,
+vLLM's flags contradicting each other), is answered with the provider's 400 (mode
+`refused-prefill`, no script consumed), so a gateway that continues an answer wrongly
+shows. An OpenAI chat request whose last assistant message carries no flag gets a new
+message, the whole TEXT, as a real server's.
 """
 
 from __future__ import annotations
@@ -74,6 +92,10 @@ from tests.upstreams.faulty_wire import TEXT
 from tests.upstreams.faulty_wire import TEXT_PIECES
 from tests.upstreams.faulty_wire import TOOLS
 from tests.upstreams.faulty_wire import Api
+from tests.upstreams.faulty_wire import BadPrefill
+from tests.upstreams.faulty_wire import last_assistant
+from tests.upstreams.faulty_wire import rest
+from tests.upstreams.faulty_wire import text_of
 from tests.upstreams.threaded import ThreadedUpstream
 
 __all__ = ["CALLS", "TEXT", "TEXT_PIECES", "TOOLS", "FaultyUpstream", "Scripts", "Seen"]
@@ -109,6 +131,10 @@ HOLD_S = 30.0  # longest a stalled or reset answer waits for the client to hang 
 CUT = 61  # write size: events arrive split at odd places, as networks deliver them
 TAG = re.compile(r"tag:([A-Za-z0-9_.-]+)")
 SIGV4_KEY = re.compile(r"Credential=([^/,]+)/")
+# a Claude-style Bedrock model id (`anthropic.claude-ok`, `us.anthropic.claude-ok`): the
+# mode follows the prefix, so a target can be one that continues answers and still say it
+CLAUDE_ID = re.compile(r"^(?:[a-z]+\.)?anthropic\.claude-")
+REFUSED_PREFILL = "refused-prefill"
 
 
 @dataclass(frozen=True)
@@ -122,6 +148,7 @@ class Seen:
     key: str
     stream: bool
     tools: bool
+    prefill: str | None = None  # the answer's start the request carried (or was refused)
 
 
 class Scripts:
@@ -204,15 +231,25 @@ class FaultyUpstream(ThreadedUpstream):
         body["tools"] = body.get("toolConfig", {}).get("tools")
         return await self._answer(request, BEDROCK, found.group(1) if found else "", body)
 
-    def _record(self, api: Api, body: dict[str, Any], key: str) -> Seen:
+    def _record(
+        self, api: Api, body: dict[str, Any], key: str, prefill: str | None, refused: bool
+    ) -> Seen:
         model = str(body.get("model", ""))
         found = TAG.search(json.dumps(body.get("messages")))
         tag = found.group(1) if found else None
-        mode = self.scripts.next(tag) or model
+        # refused before any answer, a request takes no scripted mode: its next attempt does
+        mode = REFUSED_PREFILL if refused else self.scripts.next(tag) or CLAUDE_ID.sub("", model)
         if mode.startswith("bad-crc") and not api.checksummed:
             mode = mode.replace("bad-crc", "bad-json")
         seen = Seen(
-            api.name, model, mode, tag, key, bool(body.get("stream")), bool(body.get("tools"))
+            api.name,
+            model,
+            mode,
+            tag,
+            key,
+            bool(body.get("stream")),
+            bool(body.get("tools")),
+            prefill,
         )
         with self._lock:
             self._seen.append(seen)
@@ -221,7 +258,15 @@ class FaultyUpstream(ThreadedUpstream):
     async def _answer(
         self, request: web.Request, api: Api, key: str, body: dict[str, Any] | None = None
     ) -> web.StreamResponse:
-        seen = self._record(api, body if body is not None else await request.json(), key)
+        body = body if body is not None else await request.json()
+        try:
+            prefill = api.prefill(body)
+        except BadPrefill as refused:
+            last = last_assistant(body) or {}
+            self._record(api, body, key, text_of(last.get("content")), refused=True)
+            return _error(api, 400, str(refused))
+        seen = self._record(api, body, key, prefill, refused=False)
+        pieces = rest(prefill) if prefill is not None else TEXT_PIECES
         mode = seen.mode
         if mode.startswith("fail-"):
             status = int(mode.removeprefix("fail-"))
@@ -247,14 +292,16 @@ class FaultyUpstream(ThreadedUpstream):
         if mode not in ("ok", *FAILURES):
             return _error(api, 400, f"faulty upstream has no mode {mode!r}")
         if seen.stream:
-            return await self._stream(request, api, mode, seen.tools)
-        return await self._unary(request, api, mode, seen.tools)
+            return await self._stream(request, api, mode, seen.tools, pieces)
+        return await self._unary(request, api, mode, seen.tools, "".join(pieces))
 
     async def _stream(
-        self, request: web.Request, api: Api, mode: str, tools: bool
+        self, request: web.Request, api: Api, mode: str, tools: bool, pieces: list[str]
     ) -> web.StreamResponse:
-        events = api.events(tools)
-        some = api.lead + 2  # the events up to and including two content pieces
+        events = api.events(tools, pieces)
+        # the events up to and including two content pieces (a continuation's rest may
+        # have fewer: then the failure comes after those there are)
+        some = api.lead + min(2, len(pieces))
         response = web.StreamResponse(headers={"Content-Type": api.content_type})
         await response.prepare(request)
         if mode == "overloaded":
@@ -283,9 +330,9 @@ class FaultyUpstream(ThreadedUpstream):
         return response
 
     async def _unary(
-        self, request: web.Request, api: Api, mode: str, tools: bool
+        self, request: web.Request, api: Api, mode: str, tools: bool, text: str
     ) -> web.StreamResponse:
-        whole = json.dumps(api.unary(tools)).encode()
+        whole = json.dumps(api.unary(tools, text)).encode()
         half = whole[: len(whole) // 2]
         if mode in ("ok", "overloaded"):
             return web.Response(body=whole, content_type="application/json")

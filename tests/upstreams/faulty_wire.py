@@ -1,7 +1,11 @@
 """The healthy answer and the error shapes of the faulty upstream, in each provider's exact
 wire format: OpenAI Chat Completions chunks (`data:` lines, `[DONE]`) and Anthropic Messages
 events (`event:` + `data:`, message_start ... message_stop). Both say the same thing: TEXT, and
-with tools the two CALLS, so a client cannot tell which provider answered."""
+with tools the two CALLS, so a client cannot tell which provider answered.
+
+A request may carry the answer's start (a prefill: `prefill` of its API reads it, and raises
+BadPrefill with the provider's own 400 message when the provider would refuse it); the
+answer is then the rest of TEXT (`rest`), in the same pieces, and the calls."""
 
 from __future__ import annotations
 
@@ -30,6 +34,8 @@ TOOLS: list[Any] = [
     }
     for name, args in CALLS
 ]
+# what Anthropic answers (a 400) to a prefill that ends in whitespace
+TRAILING_WHITESPACE = "messages: final assistant content cannot end with trailing whitespace"
 USAGE_IN = {"input_tokens": 30, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
 
 
@@ -40,6 +46,48 @@ def sse(data: dict[str, Any], name: str | None = None) -> bytes:
 
 def fragments(text: str, size: int = 5) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+class BadPrefill(Exception):
+    """The request's answer start is one its provider refuses, or not a start of TEXT (a
+    gateway that continued an answer wrongly): the message of the 400 to answer."""
+
+
+def rest(prefill: str) -> list[str]:
+    """What follows `prefill` (a start of TEXT) in TEXT_PIECES: the same pieces, the first
+    of them cut where the prefill ends (so the continuation of `The answer` begins with the
+    lone space the gateway cut from an Anthropic prefill); none when TEXT is all there."""
+    out, at = [], 0
+    for piece in TEXT_PIECES:
+        if at + len(piece) > len(prefill):
+            out.append(piece[max(len(prefill) - at, 0) :])
+        at += len(piece)
+    return out
+
+
+def text_of(content: Any) -> str:
+    """The text of a message's content: a string, or text parts / blocks (`{"text": ...}`:
+    OpenAI parts, Anthropic blocks and Bedrock Converse blocks alike)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if isinstance(p, dict) and "text" in p)
+    return ""
+
+
+def last_assistant(body: dict[str, Any]) -> dict[str, Any] | None:
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else None
+    return last if isinstance(last, dict) and last.get("role") == "assistant" else None
+
+
+def checked(prefill: str) -> str:
+    if not TEXT.startswith(prefill):
+        raise BadPrefill(
+            f"faulty upstream: the assistant prefill {prefill!r} is not a start of the"
+            f" answer {TEXT!r}"
+        )
+    return prefill
 
 
 # --- OpenAI Chat Completions ---------------------------------------------------------------
@@ -59,10 +107,11 @@ def openai_chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
     )
 
 
-def openai_events(tools: bool) -> list[bytes]:
-    """The healthy stream: role, TEXT_PIECES, then (tools) the calls interleaved, finish."""
+def openai_events(tools: bool, pieces: list[str] = TEXT_PIECES) -> list[bytes]:
+    """The healthy stream: role, the text `pieces`, then (tools) the calls interleaved,
+    finish."""
     events = [openai_chunk({"role": "assistant", "content": None})]
-    events += [openai_chunk({"content": p}) for p in TEXT_PIECES]
+    events += [openai_chunk({"content": p}) for p in pieces]
     if tools:
         for i, (name, _) in enumerate(CALLS):
             start = {"index": i, "id": f"call_faulty_{i}", "type": "function"}
@@ -92,8 +141,8 @@ def openai_events(tools: bool) -> list[bytes]:
     return events
 
 
-def openai_completion(tools: bool) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": TEXT, "refusal": None}
+def openai_completion(tools: bool, text: str = TEXT) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
     if tools:
         message["tool_calls"] = [
             {
@@ -125,12 +174,28 @@ def openai_error(status: int, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": f"faulty_{status}"}}
 
 
+def openai_prefill(body: dict[str, Any]) -> str | None:
+    """A last assistant message is the answer's start only with vLLM's flags
+    (`continue_final_message: true`, `add_generation_prompt: false`) or DeepSeek's
+    `"prefix": true` on it; without them a server answers it with a new message."""
+    last = last_assistant(body)
+    if body.get("continue_final_message") is True and body.get("add_generation_prompt", True):
+        # vLLM's own check: the generation prompt opens a new turn, so both cannot hold
+        raise BadPrefill("continue_final_message and add_generation_prompt cannot both be true")
+    if last is None:
+        return None
+    if body.get("continue_final_message") is True or last.get("prefix") is True:
+        return checked(text_of(last.get("content")))
+    return None
+
+
 # --- Anthropic Messages --------------------------------------------------------------------
 
 
-def anthropic_events(tools: bool) -> list[bytes]:
-    """The healthy stream: message_start, ping, a text block of TEXT_PIECES, (tools) two
-    tool_use blocks, message_delta, message_stop."""
+def anthropic_events(tools: bool, pieces: list[str] = TEXT_PIECES) -> list[bytes]:
+    """The healthy stream: message_start, ping, a text block of the text `pieces` (empty
+    when the prefill was all of TEXT), (tools) two tool_use blocks, message_delta,
+    message_stop."""
     message: dict[str, Any] = {
         "id": "msg_faulty",
         "type": "message",
@@ -155,7 +220,7 @@ def anthropic_events(tools: bool) -> list[bytes]:
         stop = {"type": "content_block_stop", "index": index}
         events.append(sse(stop, "content_block_stop"))
 
-    block(0, {"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in TEXT_PIECES])
+    block(0, {"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in pieces])
     if tools:
         for i, (name, args) in enumerate(CALLS, 1):
             pieces = ["", *fragments(json.dumps(args), 6)]
@@ -168,8 +233,8 @@ def anthropic_events(tools: bool) -> list[bytes]:
     return events
 
 
-def anthropic_message(tools: bool) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": TEXT}]
+def anthropic_message(tools: bool, text: str = TEXT) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
     if tools:
         content += [
             {"type": "tool_use", "id": f"toolu_faulty_{i}", "name": name, "input": args}
@@ -196,6 +261,18 @@ def anthropic_error(status: int, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_f"}
 
 
+def anthropic_prefill(body: dict[str, Any]) -> str | None:
+    """A last assistant message is the answer's start; Anthropic refuses one that ends in
+    whitespace."""
+    last = last_assistant(body)
+    if last is None:
+        return None
+    prefill = text_of(last.get("content"))
+    if prefill != prefill.rstrip():
+        raise BadPrefill(TRAILING_WHITESPACE)
+    return checked(prefill)
+
+
 OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
 OPENAI_OVERLOADED = sse(
     {
@@ -214,9 +291,10 @@ class Api:
     """How one provider API says the same things."""
 
     name: str
-    events: Any  # (tools) -> list[bytes]
-    unary: Any  # (tools) -> dict
+    events: Any  # (tools, pieces) -> list[bytes]
+    unary: Any  # (tools, text) -> dict
     error: Any  # (status, message) -> dict
+    prefill: Callable[[dict[str, Any]], str | None]  # (body) -> the answer's start, if any
     lead: int  # events before the first content piece
     overloaded_event: bytes
     overloaded_status: int
@@ -234,6 +312,7 @@ OPENAI = Api(
     openai_events,
     openai_completion,
     openai_error,
+    openai_prefill,
     1,
     OPENAI_OVERLOADED,
     503,
@@ -246,6 +325,7 @@ ANTHROPIC = Api(
     anthropic_events,
     anthropic_message,
     anthropic_error,
+    anthropic_prefill,
     3,
     sse(OVERLOADED, "error"),
     529,
