@@ -85,7 +85,8 @@ class StreamRecovery:
         if continuation is None:
             self._broke_at = attempt.provider.name
         if self._emulated or not continuable(acc):
-            self._count(attempt, "not_continuable")
+            # (a continued stream that breaks where it cannot go on failed to recover)
+            self._count(attempt, "not_continuable" if continuation is None else "failed")
             return False
         if continuation is not None and continuation.breaks >= self._settings.max_continuations:
             self._count(attempt, "failed")

@@ -24,7 +24,6 @@ which share of its requests got the whole answer, and how many streams were reco
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 import random
@@ -41,13 +40,16 @@ import aiohttp
 import pytest
 
 from gateway.config import RoutingConfig
+from tests.e2e.chaos_checks import TCP_CLOSE_WAIT
+from tests.e2e.chaos_checks import Corrupted
+from tests.e2e.chaos_checks import Spec
+from tests.e2e.chaos_checks import classify
+from tests.e2e.chaos_checks import gateway_sockets
 from tests.e2e.conftest import Gateway
 from tests.e2e.conftest import start_gateway
 from tests.e2e.conftest import stop_gateway
-from tests.upstreams.faulty_upstream import CALLS
 from tests.upstreams.faulty_upstream import FAILURES
 from tests.upstreams.faulty_upstream import REFUSED_PREFILL
-from tests.upstreams.faulty_upstream import TEXT
 from tests.upstreams.faulty_upstream import TOOLS
 from tests.upstreams.faulty_upstream import FaultyUpstream
 from tests.upstreams.faulty_upstream import Scripts
@@ -72,8 +74,6 @@ CLIENT_TIMEOUT_S = 15.0  # far past the gateway's own bound (DEADLINE_S plus one
 RUN_BOUND_S = math.ceil(REQUESTS / CONCURRENCY) * (DEADLINE_S + TOTAL_S)
 IDLE_POOL_BOUND = CONCURRENCY * 2  # at most one idle connection per concurrent request and host
 SETTLE_S = 10.0  # for closes in flight when the run ends; a socket left past it is leaked
-PROPER_ERROR_STATUSES = {429, 502, 503, 504}
-TCP_CLOSE_WAIT = "08"
 # Bedrock's own faults, met once each after the run; the exception (a throttle, which may rest
 # the key) last, and too few failures to open the key's circuit
 FRAME_FAULTS = ("bad-crc-first", "bad-crc", "truncated-frame", "exception")
@@ -202,17 +202,6 @@ def gw_recovery(
     stop_gateway(gateway)
 
 
-@dataclass(frozen=True)
-class Spec:
-    """One request of the run and the failures its upstream attempts will meet."""
-
-    tag: str
-    model: str
-    stream: bool
-    tools: bool
-    modes: tuple[str, ...]
-
-
 def draw(rng: random.Random) -> list[Spec]:
     specs = []
     for n in range(REQUESTS):
@@ -227,110 +216,6 @@ def draw(rng: random.Random) -> list[Spec]:
         model = rng.choice(["chaos-a", "chaos-b", "chaos-c"])
         specs.append(Spec(f"c{n}", model, stream=rng.random() < 0.5, tools=n % 2 == 0, modes=modes))
     return specs
-
-
-# --- what a proper answer is ---------------------------------------------------------------
-
-
-class Corrupted(Exception):
-    """The answer is neither the healthy answer nor a proper error."""
-
-
-def check(cond: bool, why: str) -> None:
-    if not cond:
-        raise Corrupted(why)
-
-
-def check_error_object(error: Any) -> None:
-    check(isinstance(error, dict), f"error is not an object: {error!r}")
-    check(set(error) == {"message", "type", "param", "code"}, f"error shape: {error!r}")
-    check(isinstance(error["message"], str) and bool(error["message"]), "empty error message")
-
-
-def expected_calls(spec: Spec) -> list[tuple[str, Any]]:
-    return list(CALLS) if spec.tools else []
-
-
-def check_message(spec: Spec, body: bytes) -> None:
-    completion = json.loads(body)
-    check(completion.get("object") == "chat.completion", f"not a completion: {body[:200]!r}")
-    choices = completion["choices"]
-    check(len(choices) == 1, "choices")
-    message = choices[0]["message"]
-    check(message.get("content") == TEXT, f"content {message.get('content')!r}")
-    calls = [
-        (c["function"]["name"], json.loads(c["function"]["arguments"]))
-        for c in message.get("tool_calls") or []
-    ]
-    check(calls == expected_calls(spec), f"tool calls {calls!r}")
-    finish = "tool_calls" if spec.tools else "stop"
-    check(choices[0]["finish_reason"] == finish, f"finish {choices[0]['finish_reason']!r}")
-
-
-def sse_payloads(body: bytes) -> list[bytes]:
-    out = []
-    for frame in body.split(b"\n\n"):
-        lines = [ln for ln in frame.split(b"\n") if ln and not ln.startswith(b":")]
-        if lines:
-            check(all(ln.startswith(b"data: ") for ln in lines), f"not a data frame: {frame!r}")
-            out.append(b"\n".join(ln.removeprefix(b"data: ") for ln in lines))
-    return out
-
-
-def check_stream(spec: Spec, body: bytes) -> str:
-    """'success' or 'error' for a 200 stream; raises Corrupted for anything else."""
-    payloads = sse_payloads(body)
-    check(bool(payloads) and payloads[-1] == b"[DONE]", "the stream does not end with [DONE]")
-    check(payloads.count(b"[DONE]") == 1, "[DONE] more than once")
-    events = [json.loads(p) for p in payloads[:-1]]
-    errors = [i for i, e in enumerate(events) if "error" in e]
-    check(errors in ([], [len(events) - 1]), "an error event that is not the last event")
-    text, finishes, roles, ids = "", [], 0, set()
-    calls: dict[int, list[str]] = {}
-    for event in events[: len(events) - len(errors)]:
-        check(event.get("object") == "chat.completion.chunk", f"not a chunk: {event!r}")
-        ids.add(event.get("id"))
-        for choice in event["choices"]:
-            check(choice["index"] == 0, "a second choice")
-            delta = choice["delta"]
-            roles += delta.get("role") is not None
-            text += delta.get("content") or ""
-            for call in delta.get("tool_calls") or []:
-                slot = calls.setdefault(call["index"], ["", ""])
-                slot[0] += call.get("function", {}).get("name") or ""
-                slot[1] += call.get("function", {}).get("arguments") or ""
-            if choice.get("finish_reason") is not None:
-                finishes.append(choice["finish_reason"])
-    # one stream, however many attempts (a continued one too): one identity, one role
-    check(len(ids) <= 1, f"chunk ids {ids}")
-    check(roles <= 1, f"{roles} roles")
-    if errors:
-        check_error_object(events[-1]["error"])
-        check(TEXT.startswith(text), f"text before the error is not the answer's: {text!r}")
-        check(not finishes, "a finish_reason, then an error")
-        return "error"
-    parsed = [(name, json.loads(args)) for _, (name, args) in sorted(calls.items())]
-    check(roles == 1, "no role")
-    check(text == TEXT, f"text {text!r}")
-    check(sorted(calls) == list(range(len(calls))), f"tool call indices {sorted(calls)}")
-    check(parsed == expected_calls(spec), f"tool calls {parsed!r}")
-    check(finishes == ["tool_calls" if spec.tools else "stop"], f"finish reasons {finishes}")
-    return "success"
-
-
-def classify(spec: Spec, status: int, headers: Any, body: bytes) -> str:
-    if status != 200:
-        check(status in PROPER_ERROR_STATUSES, f"status {status}: {body[:300]!r}")
-        parsed = json.loads(body)
-        check(set(parsed) == {"error"}, f"error body {body[:300]!r}")
-        check_error_object(parsed["error"])
-        return "error"
-    attempts = int(headers.get("x-gateway-attempts", "0"))
-    check(1 <= attempts <= ATTEMPTS_BOUND, f"x-gateway-attempts {attempts}")
-    if spec.stream:
-        return check_stream(spec, body)
-    check_message(spec, body)
-    return "success"
 
 
 # --- the run --------------------------------------------------------------------------------
@@ -358,7 +243,7 @@ async def one(session: aiohttp.ClientSession, url: str, spec: Spec) -> tuple[str
     except aiohttp.ClientError as err:
         return "corrupted", f"{type(err).__name__}: {err}"
     try:
-        outcome = classify(spec, status, headers, data)
+        outcome = classify(spec, status, headers, data, ATTEMPTS_BOUND)
     except (Corrupted, ValueError, KeyError, TypeError) as err:
         return "corrupted", f"{type(err).__name__}: {err} body={data!r}"
     recovered = len(RECOVERED.findall(data)) if spec.stream and status == 200 else 0
@@ -413,26 +298,6 @@ async def run_load(url: str, specs: list[Spec]) -> Tally:
         except TimeoutError:
             tally.overran = True
     return tally
-
-
-def gateway_sockets(pid: int) -> tuple[int, Counter[str]]:
-    """The process's open fd count, and the TCP states of its sockets (by /proc/net/tcp)."""
-    inodes = set()
-    fds = os.listdir(f"/proc/{pid}/fd")
-    for fd in fds:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue  # closed while listing
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    states: Counter[str] = Counter()
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[9] in inodes:
-                states[fields[3]] += 1
-    return len(fds), states
 
 
 async def settled_sockets(pid: int, fds_before: int) -> tuple[int, Counter[str]]:
