@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import struct
 from typing import Any
 
 from aiohttp import web
 
+from tests.upstreams.faulty_upstream import reset_connection
 from tests.upstreams.threaded import ThreadedUpstream
 
 # words split inside (pieces of 7 characters), pieces that end in a space, and multi-byte
@@ -241,14 +240,8 @@ class ContinuingUpstream(ThreadedUpstream):
         await _send(response, blob[:cut])
         await asyncio.sleep(0.05)  # the gateway passes what it has on first
         if how == "reset":
-            transport = request.transport
-            if transport is not None:
-                sock = transport.get_extra_info("socket")
-                if sock is not None:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                transport.abort()
-            await asyncio.sleep(HOLD_S)
-        elif how == "stall":
+            return await reset_connection(request)
+        if how == "stall":
             await asyncio.sleep(HOLD_S)
         return response  # truncated: a clean end
 

@@ -281,7 +281,7 @@ class FaultyUpstream(ThreadedUpstream):
                 headers = {"retry-after-ms": str(ms), "Retry-After": str(-(-ms // 1000))}
             return _error(api, 429, f"rate limited, retry in {wait}", headers)
         if mode == "reset-before":
-            return await _reset(request)
+            return await reset_connection(request)
         if mode == "slow-first-byte":
             await asyncio.sleep(SLOW_S)
             mode = "ok"
@@ -314,7 +314,7 @@ class FaultyUpstream(ThreadedUpstream):
             await _send(response, b"".join(events[:some]))
             await asyncio.sleep(0.05)  # let the gateway pass the content on first
             if mode == "reset-mid":
-                return await _reset(request)
+                return await reset_connection(request)
             if mode == "stall":
                 await asyncio.sleep(HOLD_S)
             rest = events[some + 1 :]
@@ -347,7 +347,7 @@ class FaultyUpstream(ThreadedUpstream):
         await _send(response, half)
         await asyncio.sleep(0.05)
         if mode == "reset-mid":
-            return await _reset(request)
+            return await reset_connection(request)
         await asyncio.sleep(HOLD_S)
         return response
 
@@ -371,7 +371,7 @@ async def _send(response: web.StreamResponse, blob: bytes) -> None:
         return
 
 
-async def _reset(request: web.Request) -> web.StreamResponse:
+async def reset_connection(request: web.Request) -> web.StreamResponse:
     """Reset the connection (RST, not FIN), then wait for aiohttp to cancel this handler."""
     transport = request.transport
     if transport is not None:
