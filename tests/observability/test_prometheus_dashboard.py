@@ -96,6 +96,9 @@ providers:
       - {{key: "{UPSTREAM_KEY}"}}
   - {{name: dead, kind: openai, base_url: "{url}", keys: [{{key: "{UPSTREAM_KEY}"}}]}}
   - {{name: picky, kind: openai, base_url: "{url}", keys: [{{key: "{UPSTREAM_KEY}"}}]}}
+  # breaks its streams after content (a provider of its own: its circuit opens and closes
+  # without touching `main`'s)
+  - {{name: breaking, kind: openai, base_url: "{url}", keys: [{{key: "{UPSTREAM_KEY}"}}]}}
   # an OpenAI-compatible server that continues answers (the fake answers its text anew:
   # the dashboard needs the recovery counted, not the joined answer)
   - {{name: compat, kind: openai, base_url: "{url}", keys: [{{key: "{UPSTREAM_KEY}"}}],
@@ -111,7 +114,7 @@ models:
   - name: recovering
     recovery: {{mode: continue}}
     targets:
-      - {{provider: main, model: error-after, priority: 0}}
+      - {{provider: breaking, model: error-after, priority: 0}}
       - {{provider: compat, model: text, priority: 1}}
   - {{name: down, targets: [{{provider: dead, model: fail-500}}]}}
   - {{name: refused, targets: [{{provider: picky, model: fail-400}}]}}
