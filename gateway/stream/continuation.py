@@ -117,11 +117,27 @@ class Continuation:
         body = dict(body)
         messages = list(request.messages)
         if text:
-            messages.append(Message(role="assistant", content=text))
-            turn: dict[str, Any] = {"role": "assistant", "content": text}
+            turns = list(body.get("messages", ()))
+            last = messages[-1] if messages else None
+            if (
+                last is not None
+                and last.role == "assistant"
+                and isinstance(last.content, str)
+                and turns
+                and isinstance(turns[-1], dict)
+                and isinstance(turns[-1].get("content"), str)
+            ):
+                # the client's own prefill: the answer went on from it, so one turn holds
+                # both (a second assistant turn would read as a finished one)
+                text = last.content + text
+                messages[-1] = replace(last, content=text)
+                turn: dict[str, Any] = {**turns.pop(), "content": text}
+            else:
+                messages.append(Message(role="assistant", content=text))
+                turn = {"role": "assistant", "content": text}
             if mode == PREFIX:
                 turn["prefix"] = True
-            body["messages"] = [*body.get("messages", ()), turn]
+            body["messages"] = [*turns, turn]
             if mode == CONTINUE_FINAL_MESSAGE:
                 body["continue_final_message"] = True
                 body["add_generation_prompt"] = False

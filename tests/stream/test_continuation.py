@@ -25,7 +25,10 @@ from gateway.stream.continuation import Continuation
 from gateway.stream.continuation import add_usage
 from gateway.stream.continuation import continuable
 from gateway.stream.pipeline import ChunkPipeline
+from gateway.wire.openai_chat import ChatChunk
 from gateway.wire.openai_chat import ChatRequest
+from gateway.wire.openai_chat import ChunkChoice
+from gateway.wire.openai_chat import Delta
 from gateway.wire.openai_chat import Message
 from gateway.wire.openai_chat import Usage
 from tests.upstreams.continuing_upstream import anthropic_events
@@ -137,9 +140,6 @@ def test_usage_of_the_attempts_is_summed() -> None:
 
 
 def test_a_break_after_a_tool_call_or_in_several_choices_is_not_continued() -> None:
-    from gateway.wire.openai_chat import ChatChunk
-    from gateway.wire.openai_chat import ChunkChoice
-    from gateway.wire.openai_chat import Delta
     from gateway.wire.openai_chat import FunctionDelta
     from gateway.wire.openai_chat import ToolCallDelta
 
@@ -154,3 +154,27 @@ def test_a_break_after_a_tool_call_or_in_several_choices_is_not_continued() -> N
     for i in (0, 1):
         several.add(ChatChunk(id="c", choices=[ChunkChoice(index=i, delta=Delta(content="x"))]))
     assert not continuable(several)
+
+
+def test_a_client_prefill_and_the_answer_so_far_are_one_assistant_turn() -> None:
+    acc = StreamAccumulator()
+    delta = Delta(role="assistant", content="the answer is ")
+    acc.add(ChatChunk(id="c", choices=[ChunkChoice(index=0, delta=delta)]))
+    continuation = Continuation(acc, UpstreamProtocolError("cut"))
+    asked = ChatRequest(
+        model="m",
+        messages=[Message(role="user", content="q"), Message(role="assistant", content="Sure, ")],
+    )
+    body = {
+        "messages": [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "Sure, "},
+        ]
+    }
+    for mode, expected in ((PREFILL, "Sure, the answer is"), (PREFIX, "Sure, the answer is ")):
+        request, sent = continuation.request(asked, body, mode)
+        assert [m.role for m in request.messages] == ["user", "assistant"]
+        assert request.messages[-1].content == expected
+        assert [m["role"] for m in sent["messages"]] == ["user", "assistant"]
+        assert sent["messages"][-1]["content"] == expected
+    assert body["messages"][-1] == {"role": "assistant", "content": "Sure, "}  # not changed
