@@ -122,8 +122,20 @@ class HttpPool:
     ) -> PendingResponse:
         """POST `body` to `url` (connecting if no idle connection is kept); the answer is
         awaited separately, so a caller may wake up meanwhile without giving it up."""
-        key, head, tail = self._request_head(url, headers, egress)
-        request_head = b"%sContent-Length: %d\r\n%s" % (head, len(body), tail)
+        traceparent = headers.get("traceparent")
+        if traceparent is None:
+            key, head, tail = self._request_head(url, headers, egress)
+            request_head = b"%sContent-Length: %d\r\n%s" % (head, len(body), tail)
+        else:
+            # each request's own (tracing): kept out of the head cached per key and headers
+            rest = {k: v for k, v in headers.items() if k != "traceparent"}
+            key, head, tail = self._request_head(url, rest, egress)
+            request_head = b"%sContent-Length: %d\r\ntraceparent: %s\r\n%s" % (
+                head,
+                len(body),
+                _header_value(traceparent),
+                tail,
+            )
         connection = self._take(key) or await self._connect(key, connect_s)
         return PendingResponse(connection, request_head, body, self._route(key))
 
@@ -281,6 +293,14 @@ class HttpPool:
         host_header = shown if port == default else f"{shown}:{port}"
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         return (scheme, host, port, egress), host_header, target
+
+
+def _header_value(value: str) -> bytes:
+    """A header value as sent; one that could end the line or the head is refused (a
+    traceparent is the gateway's own, but a header line is never written unchecked)."""
+    if "\r" in value or "\n" in value:
+        raise ValueError("header 'traceparent' contains a line break")
+    return value.encode("latin-1")
 
 
 def _ssl_reason(exc: ssl.SSLError) -> str:

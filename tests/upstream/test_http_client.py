@@ -317,6 +317,27 @@ async def test_a_reused_request_head_carries_each_requests_own_length_and_key(
     assert all(r.header("Host") == [f"127.0.0.1:{server.port}"] for r in server.requests)
 
 
+async def test_each_requests_traceparent_is_sent_with_the_one_head_of_its_key(
+    pool: HttpPool, serve
+) -> None:
+    """A traceparent differs per request (tracing): it is written into the head cached for
+    the URL and the other headers, not made a cache entry of its own per request."""
+    server = await serve(lambda conn: conn.serve(ok(), ok(), ok()))
+    url = server.url("/v1/chat/completions")
+    parents = [f"00-{n:032x}-{n:016x}-01" for n in (1, 2, 3)]
+    for parent in parents:
+        headers = {"Authorization": "Bearer sk-a", "traceparent": parent}
+        response = await pool.request(url, headers, b"{}", connect_s=CONNECT_S)
+        await read_all(response)
+        response.release()
+    assert [r.header("traceparent") for r in server.requests] == [[p] for p in parents]
+    assert all(r.header("Authorization") == ["Bearer sk-a"] for r in server.requests)
+    assert all(r.header("Content-Length") == ["2"] for r in server.requests)
+    assert len(pool._heads) == 1
+    with pytest.raises(ValueError, match="line break"):
+        await pool.send(url, {"traceparent": "00-x\r\nX-B: c"}, b"", connect_s=1)
+
+
 async def test_a_header_with_a_line_break_is_refused_every_time(pool: HttpPool) -> None:
     for _ in range(2):
         with pytest.raises(ValueError, match="line break"):
