@@ -262,10 +262,12 @@ class LoadBench:
         if observe == "cache-miss":
             os.environ["BENCH_UNIQUE"] = "1"  # wrk_chat.lua: each request's text another
         postgres = self._start_postgres() if observe == "log-postgres" else None
+        # the traces go to a collector of their own, as in production: not the upstream
+        collector_port = self._start_collector() if observe == "tracing" else up_port
         full = full_config(gw_port, up_port, store, GATEWAY_MODEL, UPSTREAM_MODEL)
-        full += observe_config(observe, self.workdir, up_port, postgres)
+        full += observe_config(observe, self.workdir, collector_port, postgres)
         bare = gateway_config(gw_port, up_port) + observe_config(
-            observe, self.workdir, up_port, None
+            observe, self.workdir, collector_port, None
         )
         config.write_text(full if self.settings.full else bare)
         workers = self.settings.workers
@@ -315,6 +317,20 @@ class LoadBench:
                 return f"redis://127.0.0.1:{port}/0"
             time.sleep(0.05)
         raise SetupError(f"redis-server did not listen on {port}\n{redis.log_tail()}")
+
+    def _start_collector(self) -> int:
+        """--observe tracing: an OTLP/HTTP receiver (a second fake upstream: its /v1/traces)
+        beside the load generator."""
+        port = free_port()
+        collector = self._spawn(
+            "collector",
+            [
+                *self.pinning.prefix(self.pinning.load_cpu),
+                *(sys.executable, "-m", "bench.fake_upstream", "--port", str(port)),
+            ],
+        )
+        self._wait(collector, f"http://127.0.0.1:{port}/healthz", 15.0)
+        return port
 
     def _start_postgres(self) -> str:
         """--observe log-postgres: a PostgreSQL of the run's own (tests/postgres_server.py),

@@ -94,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
                     failed = True
                     continue
                 runs[mode].append(cell_metrics(report))
-    table = render({m: r for m, r in runs.items() if r})
+    finished = {m: r for m, r in runs.items() if r}
+    if not finished:
+        log("no run finished: nothing to compare")
+        return 1
+    table = render(finished)
     print(table)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -131,8 +130,8 @@ def _observers(config: Config, metrics: GatewayMetrics) -> Observers | None:
 
 async def _stop_tracing(app: web.Application) -> None:
     tracing = app[OBSERVERS].tracing
-    if tracing is not None:  # on a thread: a hung collector must not hold the loop
-        await asyncio.to_thread(tracing.shutdown, app[STATE].config.server.shutdown_grace_s)
+    if tracing is not None:  # what is queued is exported, within the grace period
+        await tracing.shutdown(app[STATE].config.server.shutdown_grace_s)
 
 
 def _health_sync(app: web.Application) -> AsyncIterator[None]:

@@ -9,6 +9,8 @@ import time
 
 # The SDK's loggers that speak of failed exports: each says so at most once a minute.
 EXPORT_LOGGERS = (
+    "gateway.observability.otlp_exporter",
+    "gateway.observability.span_processor",
     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
     "opentelemetry.sdk._shared_internal",
     "opentelemetry.sdk.trace.export",

@@ -2,8 +2,8 @@
 opentelemetry/proto/collector/trace/v1), written as bytes directly.
 
 The SDK's encoder builds a protobuf message object per span, attribute and value, then
-serialises them: ~48 µs a span, on the batch processor's thread but under the same GIL (and
-on the same core) as the event loop. Here the wire format is written directly, and what
+serialises them: ~48 µs a span, on the same core and under the same GIL as the event
+loop. Here the wire format is written directly, and what
 repeats from span to span (a key with its string value: `http.request.method=POST`, a
 model's name, the resource, the scope) is encoded once and its bytes reused. The result is
 the message the SDK's `encode_spans` gives (tests/observability/test_otlp_wire.py decodes
@@ -340,3 +340,10 @@ def export_request(spans: Sequence[Any]) -> bytes:
             scope_spans.append(_field(b"\x12", scope_part + b"".join(encoded)))
         out.append(_field(b"\x0a", resource_part + b"".join(scope_spans)))
     return b"".join(out)
+
+
+def export_wire(resource: Any, scope: Any, spans: Sequence[bytes]) -> bytes:
+    """The ExportTraceServiceRequest for spans of one resource and scope that came as their
+    encoded `ScopeSpans.spans` fields (span_field's)."""
+    resource_part, scope_part = _heads(resource, scope)
+    return _field(b"\x0a", resource_part + _field(b"\x12", scope_part + b"".join(spans)))

@@ -1,7 +1,7 @@
 """One request's spans (docs/tracing.md): a SERVER span that continues the client's W3C
 `traceparent` and a CLIENT child span per upstream attempt, whose own traceparent the
-upstream request carries; made into ReadableSpans, encoded, as each ends, for the batch
-processor of the process's `Tracing` (gateway/observability/tracing.py)."""
+upstream request carries; each encoded as it ends, for the batch processor of the
+process's `Tracing` (gateway/observability/tracing.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from typing import Any
-from typing import cast
 
 from opentelemetry.sdk.trace import Event
 from opentelemetry.sdk.trace import ReadableSpan
@@ -73,32 +72,13 @@ def parse_traceparent(header: str, state: str | None) -> SpanContext | None:
 
 class WiredSpan(ReadableSpan):
     """A finished span that carries its OTLP encoding (`wire`, otlp_wire.span_field), made
-    on the event loop as the span ends from the values at hand, so that the exporter's
-    thread only joins bytes. Still a whole ReadableSpan for any other exporter."""
+    as the span ends from the values at hand, so that an export only joins bytes. Made for
+    an exporter other than the gateway's (which takes the bytes alone): a whole
+    ReadableSpan for it."""
 
     def __init__(self, wire: bytes, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.wire = wire
-
-
-class WireSpan:
-    """A finished span as only what the batch processor and our exporter read: its OTLP
-    encoding, a sampled context, the resource and scope (the process's, shared). A queued
-    ReadableSpan is a dozen tracked objects kept alive until its batch is sent; under load
-    that many survivors made every collection of the young generation slower."""
-
-    __slots__ = ("context", "instrumentation_scope", "resource", "wire")
-
-    def __init__(self, wire: bytes, context: SpanContext, tracing: Tracing) -> None:
-        self.wire = wire
-        self.context = context
-        self.resource = tracing.resource
-        self.instrumentation_scope = tracing.scope
-
-
-def _queue(tracing: Tracing, span: WireSpan) -> None:
-    # the batch processor reads only `context` and the exporter (ours) only what WireSpan has
-    tracing.processor.on_end(cast(ReadableSpan, span))
 
 
 class _AttemptSpan:
@@ -246,7 +226,7 @@ class RequestTrace:
             STATUS_ERROR if error is not None else STATUS_UNSET,
         )
         if tracing.wire_only:  # the attempt's span shares the request's (sampled) context
-            _queue(tracing, WireSpan(wire, ctx, tracing))
+            tracing.processor.add_wire(wire)
             return
         tracing.processor.on_end(
             WiredSpan(
@@ -333,7 +313,7 @@ class RequestTrace:
             STATUS_ERROR if failed else STATUS_UNSET,
         )
         if tracing.wire_only:
-            _queue(tracing, WireSpan(wire, self.context, tracing))
+            tracing.processor.add_wire(wire)
             return
         tracing.processor.on_end(
             WiredSpan(

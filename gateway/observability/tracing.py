@@ -1,6 +1,7 @@
 """OpenTelemetry traces (docs/tracing.md): the process's `Tracing` (a TracerProvider whose
-batch processor exports over OTLP/HTTP, the sampling bound, what repeats in every span made
-once), which starts each request's `RequestTrace` (gateway/observability/request_trace.py).
+batch processor exports over OTLP/HTTP from the event loop, the sampling bound, what repeats
+in every span made once), which starts each request's `RequestTrace`
+(gateway/observability/request_trace.py).
 
 This module is imported only when `tracing` is configured (gateway/app.py): with tracing off
 neither the SDK nor any of this runs on the request path.
@@ -8,15 +9,14 @@ neither the SDK nor any of this runs on the request path.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ParentBased
@@ -28,9 +28,10 @@ from gateway.config_base import effective_base_url
 from gateway.config_observe import TracingConfig
 from gateway.config_observe import otlp_endpoint
 from gateway.observability.export_logs import quiet_export_logs
-from gateway.observability.otlp_exporter import WireOTLPSpanExporter
+from gateway.observability.otlp_exporter import OTLPHttpExporter
 from gateway.observability.otlp_wire import attribute_fields
 from gateway.observability.request_trace import RequestTrace
+from gateway.observability.span_processor import LoopBatchSpanProcessor
 
 log = logging.getLogger(__name__)
 
@@ -71,20 +72,20 @@ class Tracing:
     def __init__(
         self,
         provider: TracerProvider,
-        processor: BatchSpanProcessor,
+        processor: LoopBatchSpanProcessor,
         sample_ratio: float,
         content: bool,
     ) -> None:
         self.provider = provider
         self.processor = processor
         self.resource = provider.resource
-        self.scope = InstrumentationScope("gateway")
+        self.scope = processor.scope or InstrumentationScope("gateway")
         self.ids = RandomIdGenerator()
         self.bound = TraceIdRatioBased.get_bound_for_rate(sample_ratio)
         self.content = content
         # our exporter reads a span's encoding only: the spans can be WireSpans, not
         # whole ReadableSpans (any other exporter, a test's, gets those)
-        self.wire_only = isinstance(processor.span_exporter, WireOTLPSpanExporter)
+        self.wire_only = isinstance(processor.exporter, OTLPHttpExporter)
         self._servers: dict[str, dict[str, Any]] = {}  # by base URL: few, parsed once
         self._fixed: dict[tuple[str | None, ...], tuple[dict[str, Any], bytes]] = {}
 
@@ -120,15 +121,15 @@ class Tracing:
         cls,
         config: TracingConfig,
         env: Mapping[str, str],
-        exporter: SpanExporter | None = None,
+        exporter: OTLPHttpExporter | SpanExporter | None = None,
     ) -> Tracing:
         """`exporter`: where the spans go instead of OTLP (tests)."""
         if exporter is None:
             endpoint = otlp_endpoint(config, env)
             if endpoint is None:  # a checked config has one
                 raise ValueError("tracing needs otlp_endpoint")
-            exporter = WireOTLPSpanExporter(
-                endpoint=endpoint.rstrip("/") + "/v1/traces", timeout=EXPORT_TIMEOUT_S
+            exporter = OTLPHttpExporter(
+                endpoint.rstrip("/") + "/v1/traces", env, timeout_s=EXPORT_TIMEOUT_S
             )
         quiet_export_logs()
         provider = TracerProvider(
@@ -137,27 +138,31 @@ class Tracing:
             sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)),
             shutdown_on_exit=False,  # shutdown() below, bounded; never an unbounded atexit
         )
-        processor = BatchSpanProcessor(exporter)
+        scope = InstrumentationScope("gateway")
+        processor = LoopBatchSpanProcessor.from_env(exporter, env, provider.resource, scope)
         provider.add_span_processor(processor)
         return cls(provider, processor, config.sample_ratio, config.content)
 
     def start_request(self, headers: Mapping[str, str], route: str, method: str) -> RequestTrace:
         return RequestTrace(self, headers, route, method)
 
-    def shutdown(self, timeout_s: float) -> bool:
-        """Export what is queued and stop, within `timeout_s` (a hung collector is left
-        behind on a daemon thread). False: it did not finish in time."""
-
-        def stop() -> None:
-            try:  # its batch processor exports what is queued, then stops
-                self.provider.shutdown()
-            except Exception:  # an exporter's failure is no shutdown's
-                log.warning("tracing: the span exporter failed while shutting down", exc_info=True)
-
-        thread = threading.Thread(target=stop, name="tracing-shutdown", daemon=True)
-        thread.start()
-        thread.join(timeout_s)
-        if thread.is_alive():
-            log.warning("tracing: spans still unexported after %.1fs, left behind", timeout_s)
+    async def flush(self, timeout_s: float) -> bool:
+        """Exports what is queued now; False: not within `timeout_s`."""
+        try:
+            await asyncio.wait_for(self.processor.flush(), timeout_s)
+        except TimeoutError:
             return False
         return True
+
+    async def shutdown(self, timeout_s: float) -> bool:
+        """Exports what is queued and stops, within `timeout_s` (an export to a hung
+        collector is then cancelled). False: it did not finish in time."""
+        try:
+            done = await self.processor.close(timeout_s)
+        except Exception:  # an exporter's failure is no shutdown's
+            log.warning("tracing: the span exporter failed while shutting down", exc_info=True)
+            done = False
+        self.provider.shutdown()  # the processor is closed already: nothing waits
+        if not done:
+            log.warning("tracing: spans still unexported after %.1fs, given up", timeout_s)
+        return done

@@ -1,11 +1,11 @@
 """An OTLP/HTTP trace receiver on loopback, as a collector is one: POST /v1/traces with a
 protobuf `ExportTraceServiceRequest`, decoded with the real OTLP protos and kept as
-`Received` spans. `mode` makes it fail: "fail" answers 500, "hang" never answers."""
+`Received` spans. `mode` makes it fail: "fail" answers 500, "hang" never answers;
+`answers` scripts the statuses (with a Retry-After) of the next posts before it takes any."""
 
 from __future__ import annotations
 
 import asyncio
-import gzip
 import threading
 import time
 from typing import Any
@@ -63,6 +63,9 @@ class OTLPReceiver(ThreadedUpstream):
         self.mode = mode
         self.spans: list[Received] = []
         self.posts = 0  # export requests received, answered or not
+        self.headers: list[dict[str, str]] = []  # each post's
+        self.sizes: list[tuple[int | None, int]] = []  # each body's, as sent and as decoded
+        self.answers: list[tuple[int, str | None]] = []  # (status, Retry-After) to answer first
         self._lock = threading.Lock()
 
     def routes(self, app: web.Application) -> None:
@@ -71,14 +74,20 @@ class OTLPReceiver(ThreadedUpstream):
     async def _traces(self, request: web.Request) -> web.Response:
         with self._lock:
             self.posts += 1
+            self.headers.append({k.lower(): v for k, v in request.headers.items()})
+            scripted = self.answers.pop(0) if self.answers else None
+        if scripted is not None:
+            status, retry_after = scripted
+            headers = {"Retry-After": retry_after} if retry_after is not None else {}
+            return web.Response(status=status, text="scripted", headers=headers)
         if self.mode == "hang":
             await asyncio.sleep(3600)
         if self.mode == "fail":
             return web.Response(status=500, text="collector down")
         assert request.content_type == "application/x-protobuf", request.content_type
-        data = await request.read()
-        if request.headers.get("Content-Encoding") == "gzip":
-            data = gzip.decompress(data)
+        data = await request.read()  # aiohttp undoes a Content-Encoding (gzip, deflate)
+        with self._lock:
+            self.sizes.append((request.content_length, len(data)))
         export = ExportTraceServiceRequest()
         export.ParseFromString(data)
         received = []

@@ -147,7 +147,7 @@ class Keeping(SpanExporter):
         {"traceparent": f"00-{'ab' * 16}-{'cd' * 8}-01", "tracestate": "vendor=v1,other=x"},
     ],
 )
-def test_the_spans_a_request_makes_carry_the_encoding_of_their_values(
+async def test_the_spans_a_request_makes_carry_the_encoding_of_their_values(
     headers: dict[str, str],
 ) -> None:
     """The gateway's spans come encoded as they end (WiredSpan.wire): that encoding is the
@@ -176,7 +176,7 @@ def test_the_spans_a_request_makes_carry_the_encoding_of_their_values(
         error="upstream_unreachable",
         operation="embeddings",
     )
-    assert tracing.shutdown(5.0)
+    assert await tracing.shutdown(5.0)
     assert len(keeping.spans) == 5
     assert all(isinstance(s, WiredSpan) for s in keeping.spans)
     ours = decoded(otlp_wire.export_request(keeping.spans))

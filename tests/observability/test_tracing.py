@@ -7,6 +7,7 @@ hung collector neither reaches the request nor holds shutdown past its bound."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterator
@@ -97,14 +98,14 @@ def by_kind(spans: list[Received]) -> tuple[Received, list[Received]]:
     return server, [s for s in spans if s.kind == "client"]
 
 
-def test_a_request_span_continues_the_clients_trace_with_a_child_per_attempt(
+async def test_a_request_span_continues_the_clients_trace_with_a_child_per_attempt(
     receiver: OTLPReceiver,
 ) -> None:
     tracing = tracing_to(receiver, service_name="gw-test")
     headers = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01", "tracestate": "vendor=1"}
     trace = tracing.start_request(headers, "/v1/chat/completions", "POST")
     first, second = one_failover(trace)
-    assert tracing.shutdown(5.0)
+    assert await tracing.shutdown(5.0)
     server, clients = by_kind(receiver.wait_for(3))
     assert server.trace_id == CLIENT_TRACE
     assert server.parent_id == CLIENT_SPAN
@@ -144,7 +145,7 @@ def test_a_request_span_continues_the_clients_trace_with_a_child_per_attempt(
     assert answered.status_code == 0
 
 
-def test_without_a_client_traceparent_a_new_trace_begins_and_errors_mark_the_span(
+async def test_without_a_client_traceparent_a_new_trace_begins_and_errors_mark_the_span(
     receiver: OTLPReceiver,
 ) -> None:
     tracing = tracing_to(receiver)
@@ -162,7 +163,7 @@ def test_without_a_client_traceparent_a_new_trace_begins_and_errors_mark_the_spa
         error="upstream_error",
         operation="embeddings",
     )
-    assert tracing.shutdown(5.0)
+    assert await tracing.shutdown(5.0)
     server, (client,) = by_kind(receiver.wait_for(2))
     assert server.parent_id is None
     assert server.trace_id != CLIENT_TRACE
@@ -175,7 +176,7 @@ def test_without_a_client_traceparent_a_new_trace_begins_and_errors_mark_the_spa
     assert parse(sent)[:2] == (server.trace_id, client.span_id)
 
 
-def test_ratio_zero_exports_nothing_but_still_propagates_unsampled(
+async def test_ratio_zero_exports_nothing_but_still_propagates_unsampled(
     receiver: OTLPReceiver,
 ) -> None:
     tracing = tracing_to(receiver, sample_ratio=0.0, content=True)
@@ -191,15 +192,15 @@ def test_ratio_zero_exports_nothing_but_still_propagates_unsampled(
         {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}, "/v1/chat/completions", "POST"
     )
     one_failover(sampled)
-    assert tracing.shutdown(5.0)
+    assert await tracing.shutdown(5.0)
     spans = receiver.wait_for(3)
-    time.sleep(0.2)
+    await asyncio.sleep(0.2)
     assert {s.trace_id for s in receiver.spans} == {CLIENT_TRACE}
     assert len(spans) == len(receiver.spans) == 3
 
 
 @pytest.mark.parametrize("content", [False, True])
-def test_prompt_and_completion_text_only_with_content(
+async def test_prompt_and_completion_text_only_with_content(
     receiver: OTLPReceiver, content: bool
 ) -> None:
     tracing = tracing_to(receiver, content=content)
@@ -221,7 +222,7 @@ def test_prompt_and_completion_text_only_with_content(
         error=None,
         operation="chat",
     )
-    assert tracing.shutdown(5.0)
+    assert await tracing.shutdown(5.0)
     spans = receiver.wait_for(4)
     events = [e for s in spans for e in s.events]
     if content:
@@ -235,7 +236,7 @@ def test_prompt_and_completion_text_only_with_content(
 
 
 @pytest.mark.parametrize("mode", ["fail", "hang"])
-def test_a_failing_collector_never_reaches_the_request_and_shutdown_is_bounded(
+async def test_a_failing_collector_never_reaches_the_request_and_shutdown_is_bounded(
     mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tracing_module, "EXPORT_TIMEOUT_S", 0.5)
@@ -245,14 +246,14 @@ def test_a_failing_collector_never_reaches_the_request_and_shutdown_is_bounded(
         for _ in range(3):
             one_failover(tracing.start_request({}, "/v1/chat/completions", "POST"))
         began = time.monotonic()
-        tracing.provider.force_flush()  # the export fails, or gives up on the hung collector
+        await tracing.flush(5.0)  # the export fails, or gives up on the hung collector
         assert time.monotonic() - began < 2.0
         assert receiver.posts >= 1
         for _ in range(3):  # the next requests are traced as if nothing happened
             one_failover(tracing.start_request({}, "/v1/chat/completions", "POST"))
         receiver.mode = "hang"
         began = time.monotonic()
-        assert not tracing.shutdown(0.3)  # left behind on its thread, not waited for
+        assert not await tracing.shutdown(0.3)  # the hung export cancelled, not waited for
         assert time.monotonic() - began < 1.0
         assert receiver.spans == []
     finally:
@@ -280,7 +281,7 @@ def test_export_failures_are_logged_at_most_once_an_interval(
     ]
 
 
-def test_the_sdks_export_loggers_are_quieted() -> None:
+async def test_the_sdks_export_loggers_are_quieted() -> None:
     tracing = Tracing.from_config(TracingConfig(otlp_endpoint="http://127.0.0.1:9"), {})
     try:
         for name in (
@@ -290,4 +291,4 @@ def test_the_sdks_export_loggers_are_quieted() -> None:
             filters = logging.getLogger(name).filters
             assert sum(isinstance(f, _OncePerInterval) for f in filters) == 1
     finally:
-        tracing.shutdown(1.0)
+        await tracing.shutdown(1.0)

@@ -99,10 +99,10 @@ async def post(
         return response.status, await response.read()
 
 
-def flushed(server: TestServer) -> None:
+async def flushed(server: TestServer) -> None:
     tracing = server.app[OBSERVERS].tracing  # type: ignore[index]
     assert tracing is not None
-    assert tracing.provider.force_flush(5000)
+    assert await tracing.flush(5.0)
 
 
 def traceparent(headers: dict[str, str]) -> tuple[str, str]:
@@ -132,7 +132,7 @@ async def test_a_failover_continues_the_clients_trace_with_a_span_per_attempt(
     assert status == 200
     upstream_sent = [traceparent(r.headers) for r in openai_fake.requests[sent:]]
     assert len(upstream_sent) == 3  # a 500, its retry (routing.retries_per_target), the fallback
-    flushed(server)
+    await flushed(server)
     request_span, attempts = of_trace(receiver.wait_for(4), CLIENT_TRACE)
     assert request_span.parent_id == CLIENT_SPAN
     assert request_span.name == "chat flaky"
@@ -168,7 +168,7 @@ async def test_unary_chat_embeddings_and_count_tokens_carry_their_attempts_trace
         assert status == 200, answer
         (request,) = fake.requests[sent:]
         carried.append(traceparent(request.headers))
-    flushed(server)
+    await flushed(server)
     spans = receiver.wait_for(6)
     operations = []
     for trace_id, span_id in carried:
@@ -196,8 +196,8 @@ async def test_a_broken_collector_never_fails_a_request(
             status, _ = await post(server, "/v1/chat/completions", chat)
             assert status == 200
         tracing = server.app[OBSERVERS].tracing  # type: ignore[index]
-        # the export fails (or hangs) on the processor's thread while requests go on
-        exporting = asyncio.ensure_future(asyncio.to_thread(tracing.provider.force_flush))
+        # the export fails (or hangs) in its own task while requests go on
+        exporting = asyncio.ensure_future(tracing.flush(5.0))
         streamed = {"model": "up/text", "messages": HI, "stream": True}
         answers = await asyncio.gather(
             *(post(server, "/v1/chat/completions", streamed) for _ in range(5))
@@ -258,7 +258,7 @@ async def test_content_reaches_the_span_only_when_asked_and_without_secrets(
                     body = {"model": "up/text", "messages": ask, "stream": stream}
                     status, _ = await post(server, "/v1/chat/completions", body, client)
                     assert status == 200
-                flushed(server)
+                await flushed(server)
                 spans: list[Received] = []
                 for _ in range(100):
                     spans = [
