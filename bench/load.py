@@ -240,16 +240,7 @@ class LoadBench:
 
     def start(self) -> None:
         """Starts the fake upstream and (unless direct-only) the gateway; waits until healthy."""
-        up_port = free_port()
-        upstream = self._spawn(
-            "fake_upstream",
-            [
-                *self.pinning.prefix(self.pinning.load_cpu),
-                *(sys.executable, "-m", "bench.fake_upstream"),
-                *("--port", str(up_port), "--chunks", str(self.settings.chunks)),
-            ],
-        )
-        self._wait(upstream, f"http://127.0.0.1:{up_port}/healthz", 15.0)
+        up_port = self._start_fake("fake_upstream", "--chunks", str(self.settings.chunks))
         self.urls["direct"] = f"http://127.0.0.1:{up_port}{CHAT_PATH}"
         if self.settings.direct_only:
             return
@@ -321,15 +312,19 @@ class LoadBench:
     def _start_collector(self) -> int:
         """--observe tracing: an OTLP/HTTP receiver (a second fake upstream: its /v1/traces)
         beside the load generator."""
+        return self._start_fake("collector")
+
+    def _start_fake(self, name: str, *args: str) -> int:
+        """A bench.fake_upstream on the load generator's CPU, healthy; its port."""
         port = free_port()
-        collector = self._spawn(
-            "collector",
+        service = self._spawn(
+            name,
             [
                 *self.pinning.prefix(self.pinning.load_cpu),
-                *(sys.executable, "-m", "bench.fake_upstream", "--port", str(port)),
+                *(sys.executable, "-m", "bench.fake_upstream", "--port", str(port), *args),
             ],
         )
-        self._wait(collector, f"http://127.0.0.1:{port}/healthz", 15.0)
+        self._wait(service, f"http://127.0.0.1:{port}/healthz", 15.0)
         return port
 
     def _start_postgres(self) -> str:

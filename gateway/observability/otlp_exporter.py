@@ -74,7 +74,7 @@ class OTLPHttpExporter:
         self.headers = headers
         self._ssl = self._tls(env)
         self._session: aiohttp.ClientSession | None = None
-        self.exports = self.failures = 0
+        self.failures = 0
 
     @staticmethod
     def _tls(env: Mapping[str, str]) -> ssl.SSLContext | None:
@@ -113,7 +113,6 @@ class OTLPHttpExporter:
         """Posts one batch; True once the collector took it. Never raises: a collector that
         fails, hangs or is gone is logged (at most once a minute) and the batch given up,
         within `timeout_s` in all."""
-        self.exports += 1
         deadline = time.monotonic() + self.timeout_s
         try:
             data = await self._body(body)
@@ -127,13 +126,13 @@ class OTLPHttpExporter:
                     return True
                 if status is not None and status not in RETRYABLE:
                     raise RuntimeError(f"the collector answered {status}")
-                backoff = FIRST_BACKOFF_S * 2**retry * random.uniform(1 - JITTER, 1 + JITTER)
-                backoff = wait if wait is not None else backoff
-                if backoff >= deadline - time.monotonic():
+                if wait is None:
+                    wait = FIRST_BACKOFF_S * 2**retry * random.uniform(1 - JITTER, 1 + JITTER)
+                if wait >= deadline - time.monotonic():
                     answer = status or "nothing"
                     raise RuntimeError(f"the collector answered {answer}; no time left to retry")
                 retry += 1
-                await asyncio.sleep(backoff)
+                await asyncio.sleep(wait)
         except asyncio.CancelledError:
             self.failures += 1
             raise

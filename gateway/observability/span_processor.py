@@ -69,9 +69,9 @@ class LoopBatchSpanProcessor(SpanProcessor):
         *,
         resource: Any = None,
         scope: Any = None,
-        max_queue: int = 2048,
-        batch: int = 512,
-        delay_s: float = 5.0,
+        max_queue: int = DEFAULTS["OTEL_BSP_MAX_QUEUE_SIZE"],
+        batch: int = DEFAULTS["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"],
+        delay_s: float = DEFAULTS["OTEL_BSP_SCHEDULE_DELAY"] / 1000.0,
     ) -> None:
         self.exporter = exporter
         self.resource = resource
