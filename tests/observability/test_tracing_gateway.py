@@ -281,3 +281,62 @@ async def test_content_reaches_the_span_only_when_asked_and_without_secrets(
                 await server.close()
     finally:
         receiver.stop()
+
+
+async def test_openai_python_gets_the_same_answers_with_tracing_on(
+    upstreams: tuple[FakeOpenAI, FakeAnthropic, FakeEmbeddings],
+    traced: tuple[TestServer, OTLPReceiver],
+) -> None:
+    """What a real client assembles, unary and streamed, through a failover, is what it
+    assembles through a gateway without tracing; every upstream request of it carried its
+    own attempt's traceparent in the client's trace (the request head is reused per key,
+    the traceparent is each request's own)."""
+    import openai
+
+    server, receiver = traced
+    openai_fake = upstreams[0]
+    plain_config = parse_config(
+        f"""
+store: {{url: "memory://"}}
+providers:
+  - {{name: up, kind: openai, base_url: "{openai_fake.base_url}", keys: [{{key: k1}}]}}
+""",
+        env={},
+    )
+    plain = TestServer(build_app(plain_config), host="127.0.0.1")
+    await plain.start_server()
+    client_parent = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}
+
+    async def answers(base: TestServer, model: str) -> tuple[str | None, str]:
+        async with openai.AsyncOpenAI(
+            base_url=str(base.make_url("/v1")), api_key="none", max_retries=0
+        ) as client:
+            unary = await client.chat.completions.create(
+                model=model,
+                messages=HI,
+                extra_headers=client_parent,  # type: ignore[arg-type]
+            )
+            stream = await client.chat.completions.create(
+                model=model,
+                messages=HI,  # type: ignore[arg-type]
+                stream=True,
+                extra_headers=client_parent,
+            )
+            text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        return unary.choices[0].message.content, text
+
+    try:
+        sent = len(openai_fake.requests)
+        got = await answers(server, "flaky")
+        upstream_parents = [traceparent(r.headers) for r in openai_fake.requests[sent:]]
+        want = await answers(plain, "up/text")
+    finally:
+        await plain.close()
+    assert got == want
+    assert got[0]
+    assert len(upstream_parents) == 6  # each request: the 500, its retry, the fallback
+    assert {trace for trace, _ in upstream_parents} == {CLIENT_TRACE}
+    assert len({span for _, span in upstream_parents}) == 6
+    await flushed(server)
+    attempts = {s.span_id for s in receiver.spans if s.kind == "client"}
+    assert {span for _, span in upstream_parents} <= attempts
