@@ -375,7 +375,7 @@ class LoadBench:
         conns = min(WARMUP_CONNECTIONS, max(self.settings.connections))
         for mode in MODES:
             for target in self.urls:
-                run = self._measure(target, mode, conns, self.settings.warmup_s)
+                run = self.measure(target, mode, conns, self.settings.warmup_s)
                 if not run.ok:
                     log(f"warm-up {mode} {target}: {'; '.join(run.problems)}")
         log("warm-up done")
@@ -389,13 +389,13 @@ class LoadBench:
                 cell = Cell(mode, conns)
                 order = targets if len(cells) % 2 == 0 else targets[::-1]
                 for target in order:
-                    run = self._measure(target, mode, conns, self.settings.duration_s)
+                    run = self.measure(target, mode, conns, self.settings.duration_s)
                     setattr(cell, target, run)
                     log(_progress_line(mode, run))
                 cells.append(cell)
         return cells
 
-    def _measure(self, target: str, mode: str, conns: int, duration_s: int) -> WrkRun:
+    def measure(self, target: str, mode: str, conns: int, duration_s: int) -> WrkRun:
         if not wait_idle(self.services):
             log("note: processes not idle before the run")
         before = {s.name: s.cpu_seconds() for s in self.services}

@@ -53,6 +53,38 @@ async def test_write_is_idempotent_and_keeps_the_whole_entry(tmp_path: Path) -> 
     await sink.close()
 
 
+async def test_a_batch_is_a_few_multi_row_statements_and_loses_no_row(tmp_path: Path) -> None:
+    # one INSERT per ROWS_PER_INSERT rows (not one step per row: each let go of the GIL and
+    # cost the event loop a thread switch), cut smaller when the connection allows fewer
+    # variables; a row repeated, or already there, is kept once
+    sink = await opened(tmp_path / "log.db")
+    statements: list[str] = []
+
+    def trace() -> None:
+        sink._connection().set_trace_callback(statements.append)
+
+    await sink._run(trace)
+    await sink.write([entry(0, 1.0)])
+    batch = [entry(i, float(i)) for i in range(1234)] + [entry(7, 7.0)]
+    statements.clear()
+    await sink.write(batch)
+    inserts = [s for s in statements if s.startswith("INSERT")]
+    assert len(inserts) == 3  # 500 + 500 + 235
+    found = await sink.search(RequestQuery(limit=1000))
+    more = await sink.search(RequestQuery(limit=1000, before=(found[-1].time, found[-1].id)))
+    assert sorted(ids(found + more)) == sorted(f"r{i:04d}" for i in range(1234))
+
+    def few_variables() -> None:
+        sink._connection().setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 20)
+
+    await sink._run(few_variables)
+    statements.clear()
+    await sink.write([entry(i, float(i)) for i in range(2000, 2010)])
+    assert len([s for s in statements if s.startswith("INSERT")]) == 5  # 2 rows of 8 each
+    assert len(await sink.search(RequestQuery(since=2000.0))) == 10
+    await sink.close()
+
+
 async def test_every_filter(tmp_path: Path) -> None:
     sink = await opened(tmp_path / "log.db")
     await sink.write(
