@@ -83,13 +83,16 @@ bench-traffic: $(STAMP)
 	PEERS_HOME='$(PEERS_HOME)' bash bench/peers/install_peers.sh
 	PEERS_HOME='$(PEERS_HOME)' $(PY) -m bench.traffic.run $(TRAFFIC_ARGS)
 
-# What the request log and tracing cost (bench/observe_cost.py): bench.load --full at 16
-# connections with each --observe mode, interleaved; OBSERVE_ARGS e.g.
-# '--modes none,log-sqlite,log-postgres,tracing --rounds 3'
+# What the request log, tracing and the response cache cost (bench/observe_pairs.py): one
+# bench.load --full gateway per --observe mode, all running, short wrk slices rotated over
+# them (ratios taken within a round); OBSERVE_ARGS e.g.
+# '--modes none,cache-hit,cache-miss --connections 1,16' (bench/observe_cost.py: the older
+# one bench.load run per mode and round)
+OBSERVE_ARGS ?= --modes none,log-sqlite,log-postgres,tracing --rounds 12 --slice 2
 bench-observe: $(STAMP)
 	bash bench/install_deps.sh
 	bash tests/install_deps.sh
-	$(PY) -m bench.observe_cost $(OBSERVE_ARGS)
+	$(PY) -m bench.observe_pairs $(OBSERVE_ARGS)
 
 # atheris on every sans-IO decoder and translator, FUZZ_SECONDS per target (docs/testing.md)
 FUZZ_SECONDS ?= 60
