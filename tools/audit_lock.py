@@ -33,6 +33,7 @@ HELD_BACK = {
     "python-dateutil": "botocore (the AWS identities) requires python-dateutil<3.0.0",
     "numpy": "numpy 2.5 requires Python >=3.12; the lock is for CPython 3.11",
     "opentelemetry-api": "opentelemetry-sdk 1.45.2, its newest, requires opentelemetry-api==1.45.2",
+    "cryptography": "msal (azure-identity's) requires cryptography<51",
 }
 
 
