@@ -125,6 +125,7 @@ class Router:
         self._strategy = config.routing.strategy
         self._rng = rng or random.Random()
         self._fixed: dict[str, list[Attempt]] = {}
+        self._cache_targets: dict[str, list[str]] = {}
         if previous is not None:
             metrics = previous.metrics
         self.metrics: GatewayMetrics = metrics or GatewayMetrics(models=frozenset(self._models))
@@ -197,6 +198,17 @@ class Router:
         raise UnknownModel(
             f"The model '{model}' does not exist or is not served here", param="model"
         )
+
+    def cache_targets(self, model: str) -> list[str]:
+        """What the response cache keys a request for `model` by: its configured targets as
+        `provider/model`, sorted, whatever their keys' health (a cooling key must not turn
+        every request into a miss exactly when upstreams struggle). Raises as `targets`."""
+        found = self._cache_targets.get(model)
+        if found is None:
+            found = sorted({f"{t.provider}/{t.model}" for t in self.targets(model)})
+            if len(self._cache_targets) < 4096:  # bounded: provider/model come from clients
+                self._cache_targets[model] = found
+        return found
 
     def emulates_tools(self, model: str) -> bool:
         """True for a configured model with `tools: emulate` (its upstream takes no tools)."""

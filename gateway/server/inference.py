@@ -52,6 +52,7 @@ from gateway.observability.access import RequestRecord
 from gateway.observability.metrics import OTHER_ROUTE
 from gateway.providers.base import NativeRequest
 from gateway.routing.router import Attempt
+from gateway.routing.router import Router
 from gateway.server.auth import PRINCIPAL
 from gateway.server.auth import vouch_before_refusing
 from gateway.server.limits import SLOTS
@@ -124,26 +125,35 @@ async def serve_chat(
             record.model, record.stream = chat.model, bool(chat.stream)
             record.key = key_name(principal)
         router = state.router
-        try:
-            plan = router.plan(chat.model)
-            check_client_urls(chat.messages, native, plan)
-        except GatewayError as err:
-            raise await vouch_before_refusing(request, err) from None
+        cache = state.cache
+        plan: list[Attempt] | None = None
+        asked = chat  # as the client sent it (tool emulation below rewrites it)
+        if cache is None:
+            try:
+                plan = _plan(router, asked, native)
+            except GatewayError as err:
+                raise await vouch_before_refusing(request, err) from None
         emulation = None
         if router.emulates_tools(chat.model):
             chat, body, emulation = emulate_tools(chat, body)
         if outbound is None:
             options = chat.stream_options
             outbound = ChatOutbound(bool(options and options.include_usage))
-        cache = state.cache
-        if cache is not None:  # before admission: a hit reserves nothing, sends nothing
+        if cache is not None:
+            # before planning and admission: a hit reserves nothing and sends nothing, so it
+            # needs no usable upstream key (and makes no client-URL check: the identical
+            # request it replays passed it before it was stored)
+            try:
+                targets = router.cache_targets(chat.model)
+            except GatewayError as err:
+                raise await vouch_before_refusing(request, err) from None
             lookup = await look_up(
                 request,
                 cache,
                 api=api,
                 namespace=cache.namespace(principal.kind, principal.secret_hash),
                 model=chat.model,
-                targets=[f"{a.provider.name}/{a.model}" for a in plan],
+                targets=targets,
                 body=body,
                 native=native.body if native is not None else None,
                 metrics=router.metrics,
@@ -167,6 +177,11 @@ async def serve_chat(
                     record=record,
                     similarity=lookup.similarity,
                 )
+            try:
+                plan = _plan(router, asked, native)
+            except GatewayError as err:
+                raise await vouch_before_refusing(request, err) from None
+        assert plan is not None
         ticket = await accounting.admit(
             principal,
             model=chat.model,
@@ -245,6 +260,13 @@ async def serve_chat(
         if lookup is not None and state.cache is not None:
             state.cache.abandon(lookup)  # ended without an answer: its waiters go upstream
         slots.give_back(slot)
+
+
+def _plan(router: Router, chat: ChatRequest, native: NativeRequest | None) -> list[Attempt]:
+    """The request's attempts; raises when none may be tried or a client URL is refused."""
+    plan = router.plan(chat.model)
+    check_client_urls(chat.messages, native, plan)
+    return plan
 
 
 def _actor(
