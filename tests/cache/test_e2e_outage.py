@@ -29,6 +29,7 @@ def cooling_gateway(  # one per test: each opens the key's circuit for two minut
 ) -> Iterator[Gateway]:
     config = f"""
 store: {{url: "memory://"}}
+auth: {{master_key: sk-master-outage-0123456789}}
 cache: {{mode: exact, store: memory, ttl_s: 600}}
 routing: {{circuit_failures: 1, circuit_open_s: 120, circuit_max_open_s: 120, max_attempts: 1}}
 keys:
@@ -67,3 +68,17 @@ def test_a_hit_is_served_while_the_only_key_is_out(
     assert again["text"] == first["text"]
     assert again["calls"] == first["calls"]
     assert upstream_calls(upstream, prompt) == 1
+
+
+def test_an_unknown_model_is_vouched_before_the_cache_is_asked(cooling_gateway: Gateway) -> None:
+    # the lookup comes before planning now: a wrong virtual key must still learn nothing of
+    # the models (401, not 404), and a good one gets the honest 404
+    question = [{"role": "user", "content": "hello"}]
+    with pytest.raises(openai.AuthenticationError):
+        openai_client(cooling_gateway, "sk-nobody").chat.completions.create(
+            model="no-such-model", messages=question
+        )
+    with pytest.raises(openai.NotFoundError):
+        openai_client(cooling_gateway).chat.completions.create(
+            model="no-such-model", messages=question
+        )
