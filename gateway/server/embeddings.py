@@ -55,13 +55,13 @@ from gateway.providers.registry import embeddings_provider
 from gateway.routing.router import Attempt
 from gateway.server.auth import authenticate
 from gateway.server.inference import COST_HEADER
-from gateway.server.inference import key_name
 from gateway.server.inference import prompt_estimate
-from gateway.server.inference import record_usage
 from gateway.server.inference import refuse_while_draining
 from gateway.server.limits import SLOTS
 from gateway.server.request_body import read_json_object
 from gateway.server.request_body import typed
+from gateway.server.request_record import key_name
+from gateway.server.request_record import record_usage
 from gateway.server.state import REQUEST_ID
 from gateway.server.state import STATE
 from gateway.server.state import GatewayState

@@ -12,9 +12,8 @@ the commit point (client gone, upstream failed) is settled with an estimate of w
 streamed; a request that failed before it is released.
 
 What the request's metrics and access line need (gateway/observability/access.py) is put on
-its `RequestRecord` here: model, key name, provider, attempts, usage, cost, the time of the
-first token and the gateway's own time (`overhead_s`: request received -> the actor starts,
-plus the actor's time before each upstream request and processing what came back).
+its `RequestRecord` as the request goes (request_record.py: what the record learns from the
+outcome and the usage).
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from aiohttp import web
 from gateway.accounting.prices import usd_text
 from gateway.accounting.service import ACCOUNTING
 from gateway.accounting.service import Accounting
-from gateway.accounting.service import Principal
 from gateway.accounting.service import Settled
 from gateway.accounting.service import Ticket
 from gateway.accounting.usage import estimated_usage
@@ -52,14 +50,15 @@ from gateway.observability.access import RequestRecord
 from gateway.observability.metrics import OTHER_ROUTE
 from gateway.providers.base import NativeRequest
 from gateway.routing.router import Attempt
-from gateway.routing.router import Router
 from gateway.server.auth import PRINCIPAL
 from gateway.server.auth import vouch_before_refusing
 from gateway.server.limits import SLOTS
 from gateway.server.limits import check_chat
-from gateway.server.observers import observed_answer
 from gateway.server.request_body import RAW_BODY
 from gateway.server.request_body import body_bytes
+from gateway.server.request_record import key_name
+from gateway.server.request_record import observed
+from gateway.server.request_record import record_usage
 from gateway.server.state import REQUEST_ID
 from gateway.server.state import STATE
 from gateway.server.state import GatewayState
@@ -70,12 +69,8 @@ from gateway.stream.served import ChatJob
 from gateway.stream.served import StreamOutcome
 from gateway.upstream.retries import RetryPolicy
 from gateway.wire.openai_chat import ChatRequest
-from gateway.wire.openai_chat import CompletionTokensDetails
-from gateway.wire.openai_chat import PromptTokensDetails
-from gateway.wire.openai_chat import Usage
 
 COST_HEADER = "x-gateway-cost-usd"
-CLIENT_TOO_SLOW = 408  # how the metrics count a stream ended for a client that did not read
 ESTIMATED_HEADER = "x-gateway-cost-estimated"
 
 
@@ -125,20 +120,14 @@ async def serve_chat(
             record.model, record.stream = chat.model, bool(chat.stream)
             record.key = key_name(principal)
         router = state.router
-        cache = state.cache
-        plan: list[Attempt] | None = None
         asked = chat  # as the client sent it (tool emulation below rewrites it)
-        if cache is None:
-            try:
-                plan = _plan(router, asked, native)
-            except GatewayError as err:
-                raise await vouch_before_refusing(request, err) from None
         emulation = None
         if router.emulates_tools(chat.model):
             chat, body, emulation = emulate_tools(chat, body)
         if outbound is None:
             options = chat.stream_options
             outbound = ChatOutbound(bool(options and options.include_usage))
+        cache = state.cache
         if cache is not None:
             # before planning and admission: a hit reserves nothing and sends nothing, so it
             # needs no usable upstream key (and makes no client-URL check: the identical
@@ -177,11 +166,11 @@ async def serve_chat(
                     record=record,
                     similarity=lookup.similarity,
                 )
-            try:
-                plan = _plan(router, asked, native)
-            except GatewayError as err:
-                raise await vouch_before_refusing(request, err) from None
-        assert plan is not None
+        try:
+            plan = router.plan(chat.model)
+            check_client_urls(asked.messages, native, plan)
+        except GatewayError as err:
+            raise await vouch_before_refusing(request, err) from None
         ticket = await accounting.admit(
             principal,
             model=chat.model,
@@ -245,7 +234,7 @@ async def serve_chat(
             if streams is not None:
                 streams.dec()
             if record is not None:
-                _observed(record, outcome or actor.outcome(), started)
+                observed(record, outcome or actor.outcome(), started)
         if not ticket.done:
             # a non-streaming answer, or a stream cut off after its commit point
             settled = await _settle(accounting, ticket, outcome, response, record=record)
@@ -260,13 +249,6 @@ async def serve_chat(
         if lookup is not None and state.cache is not None:
             state.cache.abandon(lookup)  # ended without an answer: its waiters go upstream
         slots.give_back(slot)
-
-
-def _plan(router: Router, chat: ChatRequest, native: NativeRequest | None) -> list[Attempt]:
-    """The request's attempts; raises when none may be tried or a client URL is refused."""
-    plan = router.plan(chat.model)
-    check_client_urls(chat.messages, native, plan)
-    return plan
 
 
 def _actor(
@@ -332,47 +314,6 @@ def _stream_settler(
             chat_outbound.cost_usd = usd_text(settled.cost_nanos)
 
     return on_answer
-
-
-def key_name(principal: Principal) -> str | None:
-    """How the access log names the caller before the store has been asked."""
-    if principal.static is not None:
-        return principal.static.name
-    return "master" if principal.kind == "master" else None
-
-
-def _observed(record: RequestRecord, outcome: StreamOutcome, started: float) -> None:
-    record.attempts = outcome.attempts
-    attempt = outcome.attempt
-    if attempt is not None:
-        record.provider, record.upstream_model = attempt.provider.name, attempt.model
-        record.first_token_at = outcome.first_token_at
-        record.overhead_s = started - record.received + outcome.gateway_s
-        failed = outcome.stream_error
-        if failed is not None:
-            record.failed_status, record.error = failed.status, failed.code or failed.type
-            record.error_message = failed.message
-    if outcome.client_too_slow:
-        # the client stopped reading: its failure, not the upstream's
-        record.failed_status, record.error = CLIENT_TOO_SLOW, "client_write_timeout"
-    if record.journal is not None:  # the request log or tracing is on: what else they keep
-        observed_answer(record, outcome)
-
-
-def record_usage(record: RequestRecord | None, usage: Usage, settled: Settled) -> None:
-    if record is None:
-        return
-    record.input_tokens = max(usage.prompt_tokens, 0)
-    record.output_tokens = max(usage.completion_tokens, 0)
-    details = usage.prompt_tokens_details
-    cached = details.cached_tokens if isinstance(details, PromptTokensDetails) else None
-    record.cached_tokens = cached if isinstance(cached, int) else 0
-    record.cost_usd = settled.cost_nanos / 1e9
-    if record.journal is not None:
-        completion = usage.completion_tokens_details
-        if isinstance(completion, CompletionTokensDetails):
-            reasoning = completion.reasoning_tokens
-            record.reasoning_tokens = reasoning if isinstance(reasoning, int) else None
 
 
 async def _settle(
