@@ -67,8 +67,7 @@ SCHEMA = (
     f"CREATE INDEX IF NOT EXISTS {TABLE}_client_request_id ON {TABLE} (client_request_id)",
 )
 COLUMNS = ("id", "time", "client_request_id", "key_name", "key_id", "model", "status", "entry")
-_INSERT = f"""INSERT INTO {TABLE}
-    (id, time, client_request_id, key_name, key_id, model, status, entry)
+_INSERT = f"""INSERT INTO {TABLE} ({", ".join(COLUMNS)})
     SELECT * FROM unnest($1::text[], $2::float8[], $3::text[], $4::text[], $5::text[],
                          $6::text[], $7::int4[], $8::json[])
     ON CONFLICT (id) DO NOTHING"""

@@ -55,15 +55,13 @@ COLUMNS = 8
 # connections; one statement of 500 rows switches once). docs/request-log.md, "sqlite".
 ROWS_PER_INSERT = 500
 _encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(RequestEntry)
 
 
 @functools.lru_cache(maxsize=64)
 def _insert_of(rows: int) -> str:
     values = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
     return f"INSERT OR IGNORE INTO {TABLE} VALUES {values}"
-
-
-_decoder = msgspec.json.Decoder(RequestEntry)
 
 
 class SqliteRequestLog:
