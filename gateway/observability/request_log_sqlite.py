@@ -41,13 +41,23 @@ SCHEMA = (
         model TEXT,
         status INTEGER NOT NULL,
         entry BLOB NOT NULL)""",
+    # the indexes of an earlier schema, full where these are partial
+    f"DROP INDEX IF EXISTS {TABLE}_key_id",
+    f"DROP INDEX IF EXISTS {TABLE}_status",
+    f"DROP INDEX IF EXISTS {TABLE}_client_id",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_time ON {TABLE} (time DESC, id DESC)",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_key_name ON {TABLE} (key_name, time DESC, id DESC)",
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_key_id ON {TABLE} (key_id, time DESC, id DESC)",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_model ON {TABLE} (model, time DESC, id DESC)",
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_status ON {TABLE} (status, time DESC, id DESC)",
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_client_id ON {TABLE} (client_request_id, time DESC)",
+    # Partial: most rows (a static key's, a success, no client id) add nothing to these; a
+    # search names the index's condition (ERROR_STATUS below) or implies it (`col = ?`).
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_key_id_set ON {TABLE} (key_id, time DESC, id DESC)"
+    " WHERE key_id IS NOT NULL",
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_error_status ON {TABLE} (status, time DESC, id DESC)"
+    " WHERE status >= 400",
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_client_id_set ON {TABLE} (client_request_id, time DESC)"
+    " WHERE client_request_id IS NOT NULL",
 )
+ERROR_STATUS = 400  # the least status of the status index
 COLUMNS = 8
 # Rows per INSERT statement. One statement per batch, not executemany: the sqlite3 module
 # lets go of the GIL around every step, and each row's step taken back from a busy event
@@ -137,6 +147,9 @@ class SqliteRequestLog:
         if query.status_class is not None:
             conditions.append("status >= ? AND status < ?")
             args += [query.status_class * 100, query.status_class * 100 + 100]
+        least = query.status if query.status is not None else (query.status_class or 0) * 100
+        if least >= ERROR_STATUS:  # the partial index's own condition, word for word
+            conditions.append(f"status >= {ERROR_STATUS}")
         if query.request_id is not None:
             conditions.append("(client_request_id = ? OR id = ?)")
             args += [query.request_id, query.request_id]

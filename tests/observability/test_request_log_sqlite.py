@@ -229,3 +229,76 @@ async def test_two_processes_write_one_file(tmp_path: Path) -> None:
         [f"r{i:04d}" for i in range(300)] + [f"r{i:04d}" for i in range(1000, 1300)]
     )
     await sink.close()
+
+
+def _plan(path: Path, sql: str, args: list[Any]) -> str:
+    db = sqlite3.connect(path)
+    try:
+        return " | ".join(row[-1] for row in db.execute("EXPLAIN QUERY PLAN " + sql, args))
+    finally:
+        db.close()
+
+
+async def test_searches_use_the_partial_indexes_and_successes_skip_them(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    path = tmp_path / "log.db"
+    sink = await opened(path)
+    await sink.write(
+        [entry(i, float(i), key_name="team", status=200) for i in range(50)]
+        + [entry(100, 100.0, key_name="v", key_id="k9", status=503, client_request_id="c")]
+    )
+    plans: list[str] = []
+    fetch = SqliteRequestLog._fetch
+
+    def planned(self: SqliteRequestLog, sql: str, args: list[Any]) -> list[tuple[Any, ...]]:
+        plans.append(_plan(path, sql, args))
+        return fetch(self, sql, args)
+
+    monkeypatch.setattr(SqliteRequestLog, "_fetch", planned)
+    assert ids(await sink.search(RequestQuery(status=503))) == ["r0100"]
+    assert ids(await sink.search(RequestQuery(status_class=5))) == ["r0100"]
+    assert ids(await sink.search(RequestQuery(request_id="c"))) == ["r0100"]
+    assert ids(await sink.search(RequestQuery(key="k9"))) == ["r0100"]
+    assert len(await sink.search(RequestQuery(status=200, limit=100))) == 50
+    await sink.close()
+    assert "request_log_error_status" in plans[0]
+    assert "request_log_error_status" in plans[1]
+    assert "request_log_client_id_set" in plans[2]
+    assert "request_log_key_id_set" in plans[3]
+    assert "request_log_time" in plans[4]  # a success: read newest first, no index of its own
+    db = sqlite3.connect(path)
+    for index in ("error_status", "client_id_set", "key_id_set"):
+        counted = db.execute(
+            f"SELECT count(*) FROM request_log INDEXED BY request_log_{index} WHERE "
+            + {
+                "error_status": "status >= 400",
+                "client_id_set": "client_request_id IS NOT NULL",
+                "key_id_set": "key_id IS NOT NULL",
+            }[index]
+        ).fetchone()
+        assert counted == (1,), index  # the 50 successes without a client id or key id: none
+    db.close()
+
+
+async def test_a_file_of_the_earlier_schema_gets_the_partial_indexes(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    db = sqlite3.connect(path)
+    db.execute(request_log_sqlite.SCHEMA[0])
+    for name, columns in [
+        ("key_id", "key_id"),
+        ("status", "status"),
+        ("client_id", "client_request_id"),
+    ]:
+        db.execute(f"CREATE INDEX request_log_{name} ON request_log ({columns}, time DESC)")
+    db.commit()
+    db.close()
+    sink = await opened(path)
+    await sink.write([entry(1, 1.0, status=500)])
+    assert ids(await sink.search(RequestQuery(status=500))) == ["r0001"]
+    await sink.close()
+    db = sqlite3.connect(path)
+    names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    db.close()
+    assert not names & {"request_log_key_id", "request_log_status", "request_log_client_id"}
+    assert {"request_log_error_status", "request_log_client_id_set"} <= names
