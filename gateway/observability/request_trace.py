@@ -24,8 +24,9 @@ from opentelemetry.trace import TraceState
 
 from gateway.observability.otlp_wire import STATUS_ERROR
 from gateway.observability.otlp_wire import STATUS_UNSET
-from gateway.observability.otlp_wire import attribute_fields
+from gateway.observability.otlp_wire import int_attribute
 from gateway.observability.otlp_wire import span_field
+from gateway.observability.otlp_wire import text_attribute
 from gateway.observability.otlp_wire import trace_state_field
 from gateway.providers.semconv import GEN_AI_PROVIDERS
 
@@ -203,11 +204,11 @@ class RequestTrace:
         attempt, self._attempt = self._attempt, None
         if attempt is None:
             return
-        varying: dict[str, Any] = {}
+        encoded = attempt.encoded
         if status is not None:
-            varying["http.response.status_code"] = status
+            encoded += int_attribute("http.response.status_code", status)
         if error is not None:
-            varying["error.type"] = error
+            encoded += text_attribute("error.type", error)
         ctx = self.context
         tracing = self._tracing
         end = time.time_ns()
@@ -221,13 +222,18 @@ class RequestTrace:
             OTLP_CLIENT,
             attempt.start_ns,
             end,
-            attempt.encoded + attribute_fields(varying),
+            encoded,
             (),
             STATUS_ERROR if error is not None else STATUS_UNSET,
         )
         if tracing.wire_only:  # the attempt's span shares the request's (sampled) context
             tracing.processor.add_wire(wire)
             return
+        varying: dict[str, Any] = {}
+        if status is not None:
+            varying["http.response.status_code"] = status
+        if error is not None:
+            varying["error.type"] = error
         tracing.processor.on_end(
             WiredSpan(
                 wire,
@@ -283,17 +289,18 @@ class RequestTrace:
                 values["gen_ai.provider.name"] = GEN_AI_PROVIDERS.get(kind, kind)
             fixed = tracing.fixed(key, values)
             assert fixed is not None
-        varying: dict[str, Any] = {"http.response.status_code": status}
-        if input_tokens is not None:
-            varying["gen_ai.usage.input_tokens"] = input_tokens
-        if output_tokens is not None:
-            varying["gen_ai.usage.output_tokens"] = output_tokens
-        if finish_reason is not None:
-            varying["gen_ai.response.finish_reasons"] = (finish_reason,)
         if error is None and status >= 500:
             error = str(status)
+        # the attributes that vary, in the order the SDK's dict would give them
+        encoded = fixed[1] + int_attribute("http.response.status_code", status)
+        if input_tokens is not None:
+            encoded += int_attribute("gen_ai.usage.input_tokens", input_tokens)
+        if output_tokens is not None:
+            encoded += int_attribute("gen_ai.usage.output_tokens", output_tokens)
+        if finish_reason is not None:
+            encoded += text_attribute("gen_ai.response.finish_reasons", (finish_reason,))
         if error is not None:
-            varying["error.type"] = error
+            encoded += text_attribute("error.type", error)
         name = f"{operation} {model}" if model else self.name
         end = time.time_ns()
         parent = self.parent
@@ -308,13 +315,22 @@ class RequestTrace:
             OTLP_SERVER,
             self.start_ns,
             end,
-            fixed[1] + attribute_fields(varying),
+            encoded,
             events,
             STATUS_ERROR if failed else STATUS_UNSET,
         )
         if tracing.wire_only:
             tracing.processor.add_wire(wire)
             return
+        varying: dict[str, Any] = {"http.response.status_code": status}
+        if input_tokens is not None:
+            varying["gen_ai.usage.input_tokens"] = input_tokens
+        if output_tokens is not None:
+            varying["gen_ai.usage.output_tokens"] = output_tokens
+        if finish_reason is not None:
+            varying["gen_ai.response.finish_reasons"] = (finish_reason,)
+        if error is not None:
+            varying["error.type"] = error
         tracing.processor.on_end(
             WiredSpan(
                 wire,

@@ -198,3 +198,17 @@ def test_tuples_of_bools_and_ints_that_compare_equal_stay_apart() -> None:
     assert len(set(fields)) == 4
     again = [otlp_wire.attributes(b"\x4a", {"t": value}) for value in [(1,), (True,)]]
     assert again == [fields[1], fields[0]]
+
+
+def test_one_attribute_encoders_write_what_attribute_fields_writes() -> None:
+    for key, number in [("http.response.status_code", 200), ("n", 0), ("n", -3), ("n", 2**40)]:
+        assert otlp_wire.int_attribute(key, number) == otlp_wire.attribute_fields({key: number})
+    texts: list[tuple[str, str | tuple[str, ...]]] = [
+        ("error.type", "upstream_unreachable"),
+        ("error.type", "é" * 200),
+        ("gen_ai.response.finish_reasons", ("stop",)),
+        ("gen_ai.response.finish_reasons", ("tool_calls", "stop")),
+    ]
+    for key, text in texts:
+        assert otlp_wire.text_attribute(key, text) == otlp_wire.attribute_fields({key: text})
+        assert otlp_wire.text_attribute(key, text) == otlp_wire.text_attribute(key, text)
