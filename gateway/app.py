@@ -13,7 +13,10 @@ from aiohttp import web
 from gateway.accounting.service import ACCOUNTING
 from gateway.accounting.service import Accounting
 from gateway.config import Config
+from gateway.console.overview import OverviewSampler
+from gateway.console.routes import add_console_routes
 from gateway.observability.access import access_log_flusher
+from gateway.observability.metrics import DURATION_BUCKETS
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.metrics import model_names
 from gateway.observability.request_log import REQUEST_LOG
@@ -107,6 +110,11 @@ def build_app(
         if observers.tracing is not None:
             app.on_cleanup.append(_stop_tracing)
     add_request_log_routes(app)
+    if config.console.enabled:
+        sampler = OverviewSampler(
+            gateway_metrics.registry, DURATION_BUCKETS, config.console.overview_interval_s
+        )
+        add_console_routes(app, sampler)
     app.on_cleanup.append(_close_pool)
     if not config.auth.master_key:
         log.warning("auth.master_key is empty: the gateway is open to anyone who can reach it")

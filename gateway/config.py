@@ -33,6 +33,8 @@ from gateway.config_base import ProviderKey as ProviderKey
 from gateway.config_base import Secret as Secret
 from gateway.config_base import Timeouts as Timeouts
 from gateway.config_base import effective_base_url as effective_base_url
+from gateway.config_console import ConsoleConfig
+from gateway.config_console import console_problems
 from gateway.config_observe import RequestLogConfig
 from gateway.config_observe import TracingConfig
 from gateway.config_observe import observe_problems
@@ -192,6 +194,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     request_log: RequestLogConfig | None = None  # None: no request log
     tracing: TracingConfig | None = None  # None: no traces
     cache: CacheConfig = msgspec.field(default_factory=CacheConfig)  # the response cache
+    console: ConsoleConfig = msgspec.field(default_factory=ConsoleConfig)  # the /ui/ console
 
 
 class ConfigError(Exception):
@@ -244,6 +247,8 @@ def parse_config(text: str, env: Mapping[str, str], source: str = "<config>") ->
             if not any(_related(path, other) for other in reported)
         )
         problems.extend(observe_problems(config.request_log, config.tracing, config.store.url, env))
+        if isinstance(config.console, ConsoleConfig):
+            problems.extend(console_problems(config.console))
         overrides = [
             (i, m.cache) for i, m in enumerate(config.models) if isinstance(m, ModelConfig)
         ]

@@ -14,6 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.routing.health import AUTH_FAILED
+from gateway.routing.health import RATE_LIMITED
 from gateway.routing.health import KeyHealth
 from gateway.routing.router import Router
 from gateway.server.auth import authorize_admin
@@ -46,6 +48,10 @@ def health_report(router: Router, now: float, wall: float) -> dict[str, Any]:
                         if slot.health.wait_s(now, t.model) == 0
                     ),
                     "keys": len(router.slots[t.provider]),
+                    "keys_detail": [
+                        _usable(slot.health, t.model, now, wall)
+                        for slot in router.slots[t.provider]
+                    ],
                 }
                 for t in targets
             ],
@@ -53,6 +59,45 @@ def health_report(router: Router, now: float, wall: float) -> dict[str, Any]:
         for name, targets in router.models.items()
     ]
     return {"models": models, "providers": providers}
+
+
+def skip_reasons(health: KeyHealth, model: str, now: float, wall: float) -> list[dict[str, Any]]:
+    """Why `health`'s key is not tried for `model` now (empty: it is usable)."""
+    why: list[dict[str, Any]] = []
+    if health.block is not None:
+        if now < health.blocked_until:
+            detail = (
+                "the upstream refused the key (401/403)"
+                if health.block == AUTH_FAILED
+                else "too many failures in a row"
+            )
+            until = _wall(health.blocked_until, now, wall)
+            why.append({"reason": health.block, "until": until, "detail": detail})
+        elif health.probing:
+            detail = "a half-open probe is in flight"
+            why.append({"reason": "probing", "until": None, "detail": detail})
+    if now < health.shared_until:
+        detail = f"held by another process ({health.shared_reason or 'hold'})"
+        until = _wall(health.shared_until, now, wall)
+        why.append({"reason": "held", "until": until, "detail": detail})
+    cooling = max(health.cooling.get(model, 0.0), health.shared_cooling.get(model, 0.0))
+    if now < cooling:
+        detail = f"429 from the upstream for {model}"
+        why.append({"reason": RATE_LIMITED, "until": _wall(cooling, now, wall), "detail": detail})
+    for reason, window, limit in (
+        ("rpm_exhausted", health.requests, health.rpm),
+        ("tpm_exhausted", health.tokens, health.tpm),
+    ):
+        if limit is not None and window.used(now) >= limit:
+            until = _wall(now + window.frees_in(now), now, wall)
+            detail = f"{window.used(now)} of {limit} used this minute"
+            why.append({"reason": reason, "until": until, "detail": detail})
+    return why
+
+
+def _usable(health: KeyHealth, model: str, now: float, wall: float) -> dict[str, Any]:
+    why = skip_reasons(health, model, now, wall)
+    return {"key": health.label, "usable": not why, "why": why}
 
 
 def _wall(until: float, now: float, wall: float) -> float | None:

@@ -17,6 +17,9 @@ from gateway.errors import AuthenticationFailed
 from gateway.errors import PermissionDenied
 
 PRINCIPAL = web.RequestKey("principal", Principal)
+# set by the console (gateway/console/routes.py) on a request whose session and CSRF token
+# it checked: the admin handlers behind /ui/api/ take it for the master key
+CONSOLE_SIGNED_IN = web.RequestKey("console_signed_in", bool)
 
 
 def bearer_token(request: web.Request, *, allow_x_api_key: bool = False) -> str | None:
@@ -49,6 +52,8 @@ async def authorize_admin(request: web.Request) -> None:
     """The admin API takes the master key only; with no master key configured it is
     closed to everyone (an open gateway must not hand out keys to anyone who asks)."""
     accounting = request.app[ACCOUNTING]
+    if request.get(CONSOLE_SIGNED_IN) and accounting.config.auth.master_key:
+        return
     if not accounting.config.auth.master_key:
         raise PermissionDenied(
             "The admin API is disabled: set auth.master_key to use it", code="admin_disabled"

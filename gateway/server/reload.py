@@ -82,6 +82,7 @@ RESTART_ONLY = (
     "request_log",  # the log's writer and its sink are set up with the process
     "tracing",  # so is the tracer and its exporter
     "cache",  # the response cache and its store (and each model's `cache`, below)
+    "console",  # the console's routes and its overview sampler
 )
 
 Signature = tuple[int, int, int, int]  # st_dev, st_ino, st_mtime_ns, st_size
