@@ -123,10 +123,13 @@ async def spend(request: web.Request) -> web.Response:
 
 
 def spend_report(rows: list[SpendRow], names: dict[str, str]) -> dict[str, Any]:
-    """Totals per key (`key_id` null: the master key or an open gateway) and per model."""
+    """Totals per key (`key_id` null: the master key or an open gateway), each with its
+    spend by model, and per model."""
     keys: dict[str, SpendRow] = {}
     models: dict[str, SpendRow] = {}
+    by_key: dict[str, list[SpendRow]] = {}  # each key's own rows: its spend by model
     for row in rows:
+        by_key.setdefault(row.key_id, []).append(row)
         for group, name in ((keys, row.key_id), (models, row.model)):
             total = group.setdefault(name, SpendRow(key_id=row.key_id, model=row.model))
             total.cost_nanos += row.cost_nanos
@@ -151,7 +154,15 @@ def spend_report(rows: list[SpendRow], names: dict[str, str]) -> dict[str, Any]:
     return {
         **_money(sum(r.cost_nanos for r in rows), "total"),
         "keys": [
-            {"key_id": k or None, "name": names.get(k), **counts(r)}
+            {
+                "key_id": k or None,
+                "name": names.get(k),
+                **counts(r),
+                "models": [
+                    {"model": m.model, **counts(m)}
+                    for m in sorted(by_key[k], key=lambda m: m.model)
+                ],
+            }
             for k, r in sorted(keys.items())
         ],
         "models": [{"model": m, **counts(r)} for m, r in sorted(models.items())],
