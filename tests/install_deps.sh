@@ -13,6 +13,10 @@
 #                 make a cluster in a temporary directory and start its server on a free
 #                 loopback port (tests/postgres_server.py); the package's own cluster service
 #                 is never started. Debian keeps these in /usr/lib/postgresql/<N>/bin, off PATH
+#   chromium      the console's browser tests (tests/console/) drive it headless through
+#                 Playwright's own driver (in the playwright wheel): no browser is downloaded
+#   chromedriver  from chromium-driver, the WebDriver of that same chromium build, for a
+#                 WebDriver client (Selenium) against it; never Selenium Manager's downloads
 # Idempotent and quick: does nothing when every binary is already on PATH. Never starts the
 # system's services. Fails loudly (non-zero, message on stderr) when it cannot install.
 set -euo pipefail
@@ -21,7 +25,7 @@ NAME="tests/install_deps.sh"
 # binary on PATH -> the Debian package that provides it
 declare -A PACKAGE_OF=(
   [redis-server]=redis-server [redis-cli]=redis-tools [prometheus]=prometheus [nginx]=nginx
-  [ss]=iproute2 [tinyproxy]=tinyproxy
+  [ss]=iproute2 [tinyproxy]=tinyproxy [chromium]=chromium [chromedriver]=chromium-driver
 )
 
 MISSING=()
