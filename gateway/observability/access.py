@@ -81,6 +81,7 @@ class RequestRecord:
         "first_token_at",
         "input_tokens",
         "journal",
+        "kept",
         "key",
         "key_id",
         "model",
@@ -115,8 +116,10 @@ class RequestRecord:
         self.error: str | None = None  # the error's code (or type) when it failed
         # a stream that failed after its commit point: the status its error would have had
         self.failed_status: int | None = None
-        # Set only when the request log or tracing is on (gateway/server/errors.py): every
-        # attempt's end, and the request's trace; what else only the request log keeps.
+        # Set only when the request log or tracing is on (gateway/server/errors.py): `kept`
+        # (either keeps this request), the journal of every attempt's end (the request log)
+        # and the request's trace (tracing); what else they keep (finish reason, ...).
+        self.kept = False
         self.journal: list[AttemptEntry] | None = None
         self.trace: RequestTrace | None = None
         self.key_id: str | None = None

@@ -111,6 +111,8 @@ class RequestTrace:
         "_operation",
         "_route",
         "_state_field",
+        "_tp_head",
+        "_tp_tail",
         "_trace_bytes",
         "_tracing",
         "context",
@@ -139,6 +141,8 @@ class RequestTrace:
             self.sampled = flags.sampled
         self.parent = parent
         self.context = SpanContext(trace_id, ids.generate_span_id(), False, flags, state)
+        # every traceparent of the request but its span id, formatted once
+        self._tp_head, self._tp_tail = f"00-{trace_id:032x}-", f"-{int(flags):02x}"
         self._trace_bytes = trace_id.to_bytes(16, "big")
         self._state_field = trace_state_field(state)
         self.name = f"{method} {route}"
@@ -152,8 +156,7 @@ class RequestTrace:
     @property
     def traceparent(self) -> str:
         """The request span's own traceparent."""
-        ctx = self.context
-        return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+        return f"{self._tp_head}{self.context.span_id:016x}{self._tp_tail}"
 
     @property
     def wants_content(self) -> bool:
@@ -179,7 +182,6 @@ class RequestTrace:
             self.attempt_ended(None, None)
         provider = attempt.provider
         self._kind = provider.kind
-        ctx = self.context
         span_id = self._tracing.ids.generate_span_id()
         if self.sampled:
             tracing = self._tracing
@@ -198,7 +200,7 @@ class RequestTrace:
                 fixed = tracing.fixed(key, values)
                 assert fixed is not None
             self._attempt = _AttemptSpan(span_id, f"{operation} {model}", fixed)
-        return f"00-{ctx.trace_id:032x}-{span_id:016x}-{int(ctx.trace_flags):02x}"
+        return f"{self._tp_head}{span_id:016x}{self._tp_tail}"
 
     def attempt_ended(self, status: int | None, error: str | None) -> None:
         attempt, self._attempt = self._attempt, None

@@ -112,7 +112,7 @@ def gateway_middleware(metrics: GatewayMetrics, observers: Observers | None = No
     def ended(request: web.Request, record: RequestRecord, status: int) -> None:
         request_id = request[REQUEST_ID]
         duration, ttft = finish(metrics, record, status, request_id, request.method)
-        if record.journal is not None and observers is not None:
+        if record.kept and observers is not None:
             observers.ended(request, record, status, duration, ttft)
 
     @web.middleware
@@ -124,7 +124,9 @@ def gateway_middleware(metrics: GatewayMetrics, observers: Observers | None = No
         if route not in UNOBSERVED:
             record = request[RECORD] = RequestRecord(perf_counter(), route)
             if observers is not None and not route.startswith(UNLOGGED_PREFIXES):
-                record.journal = []
+                record.kept = True
+                if observers.request_log is not None:  # its attempts: the log's alone
+                    record.journal = []
                 if observers.tracing is not None and route in TRACED_ROUTES:
                     record.trace = observers.tracing.start_request(
                         request.headers, route, request.method

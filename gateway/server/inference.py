@@ -269,7 +269,7 @@ def _actor(
     request_id = request[REQUEST_ID]
     record = request.get(RECORD)
     journal = tracer = None
-    if record is not None and record.journal is not None:
+    if record is not None and record.kept:
         journal, tracer = record.journal, record.trace
     headers = {"x-request-id": request_id}
     if cache_result is not None:

@@ -40,7 +40,7 @@ def observed(record: RequestRecord, outcome: StreamOutcome, started: float) -> N
     if outcome.client_too_slow:
         # the client stopped reading: its failure, not the upstream's
         record.failed_status, record.error = CLIENT_TOO_SLOW, "client_write_timeout"
-    if record.journal is not None:  # the request log or tracing is on: what else they keep
+    if record.kept:  # the request log or tracing is on: what else they keep
         observed_answer(record, outcome)
 
 
@@ -53,7 +53,7 @@ def record_usage(record: RequestRecord | None, usage: Usage, settled: Settled) -
     cached = details.cached_tokens if isinstance(details, PromptTokensDetails) else None
     record.cached_tokens = cached if isinstance(cached, int) else 0
     record.cost_usd = settled.cost_nanos / 1e9
-    if record.journal is not None:
+    if record.kept:
         completion = usage.completion_tokens_details
         if isinstance(completion, CompletionTokensDetails):
             reasoning = completion.reasoning_tokens
