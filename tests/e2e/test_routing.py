@@ -207,7 +207,14 @@ def test_a_cooldown_seen_by_one_process_keeps_the_other_away(
         assert status == 200
         (model,) = report["models"]
         assert model["name"] == "smart"
-        assert model["targets"][0] == {
+        target = model["targets"][0]
+        detail = {d["key"]: d for d in target.pop("keys_detail")}
+        # the hold the first process wrote, seen by the second: why it skips the key
+        (why,) = detail["limited"]["why"]
+        assert (detail["limited"]["usable"], why["reason"]) == (False, "rate_limited")
+        assert why["until"] > time.time()
+        assert [d["usable"] for k, d in detail.items() if k != "limited"] == [True]
+        assert target == {
             "provider": "rl",
             "model": "text",
             "priority": 0,
