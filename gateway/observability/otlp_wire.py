@@ -140,24 +140,34 @@ def attributes(tag: bytes, values: Mapping[str, Any] | None) -> bytes:
         key, value = item
         kind = type(value)
         if kind is str or kind is bool or (kind is tuple and _all_text(value)):
-            field = fields.get(item)
-            if field is None:
-                if len(fields) >= _KEY_VALUES_MAX:
-                    fields.clear()
-                field = fields[item] = _field(tag, key_value(key, value))
+            field = _kept_field(fields, tag, item)
         elif kind is int:  # token counts vary: the key's bytes are kept, not the pair's
-            name = _KEY_NAMES.get(key)
-            if name is None:
-                if len(_KEY_NAMES) >= _KEY_VALUES_MAX:
-                    _KEY_NAMES.clear()
-                name = _KEY_NAMES[key] = _field(b"\x0a", key.encode("utf-8", "surrogatepass"))
-            number = varint(value)
-            body = name + b"\x12" + _VARINTS[len(number) + 1] + _ANY_INT + number
-            field = tag + varint(len(body)) + body
+            field = _int_field(tag, key, value)
         else:
             field = _field(tag, key_value(key, value))
         parts.append(field)
     return b"".join(parts)
+
+
+def _kept_field(fields: dict[tuple[str, Any], bytes], tag: bytes, item: tuple[str, Any]) -> bytes:
+    """The field of a (key, value) that repeats (str, bool, tuple of str), made once."""
+    field = fields.get(item)
+    if field is None:
+        if len(fields) >= _KEY_VALUES_MAX:
+            fields.clear()
+        field = fields[item] = _field(tag, key_value(*item))
+    return field
+
+
+def _int_field(tag: bytes, key: str, value: int) -> bytes:
+    name = _KEY_NAMES.get(key)
+    if name is None:
+        if len(_KEY_NAMES) >= _KEY_VALUES_MAX:
+            _KEY_NAMES.clear()
+        name = _KEY_NAMES[key] = _field(b"\x0a", key.encode("utf-8", "surrogatepass"))
+    number = varint(value)
+    body = name + b"\x12" + _VARINTS[len(number) + 1] + _ANY_INT + number
+    return tag + varint(len(body)) + body
 
 
 # a repeated field's tag -> (key, str, bool or tuple value) -> the whole field's bytes
@@ -287,14 +297,7 @@ def int_attribute(key: str, value: int) -> bytes:
     """One span attribute of an int value (a status, a token count): the bytes
     attribute_fields({key: value}) writes, with no mapping to walk (each request's span
     has a few of these; they were a tenth of the span's cost)."""
-    name = _KEY_NAMES.get(key)
-    if name is None:
-        if len(_KEY_NAMES) >= _KEY_VALUES_MAX:
-            _KEY_NAMES.clear()
-        name = _KEY_NAMES[key] = _field(b"\x0a", key.encode("utf-8", "surrogatepass"))
-    number = varint(value)
-    body = name + b"\x12" + _VARINTS[len(number) + 1] + _ANY_INT + number
-    return _SPAN_ATTRIBUTE + varint(len(body)) + body
+    return _int_field(_SPAN_ATTRIBUTE, key, value)
 
 
 def text_attribute(key: str, value: str | tuple[str, ...]) -> bytes:
@@ -303,12 +306,7 @@ def text_attribute(key: str, value: str | tuple[str, ...]) -> bytes:
     fields = _FIELDS.get(_SPAN_ATTRIBUTE)
     if fields is None:
         fields = _FIELDS[_SPAN_ATTRIBUTE] = {}
-    field = fields.get((key, value))
-    if field is None:
-        if len(fields) >= _KEY_VALUES_MAX:
-            fields.clear()
-        field = fields[(key, value)] = _field(_SPAN_ATTRIBUTE, key_value(key, value))
-    return field
+    return _kept_field(fields, _SPAN_ATTRIBUTE, (key, value))
 
 
 def trace_state_field(state: Any) -> bytes:

@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.config import Target
 from gateway.routing.health import AUTH_FAILED
 from gateway.routing.health import RATE_LIMITED
 from gateway.routing.health import KeyHealth
@@ -34,31 +35,25 @@ def health_report(router: Router, now: float, wall: float) -> dict[str, Any]:
         for provider, slots in router.slots.items()
     ]
     models = [
-        {
-            "name": name,
-            "targets": [
-                {
-                    "provider": t.provider,
-                    "model": t.model,
-                    "priority": t.priority,
-                    "weight": t.weight,
-                    "healthy_keys": sum(
-                        1
-                        for slot in router.slots[t.provider]
-                        if slot.health.wait_s(now, t.model) == 0
-                    ),
-                    "keys": len(router.slots[t.provider]),
-                    "keys_detail": [
-                        _usable(slot.health, t.model, now, wall)
-                        for slot in router.slots[t.provider]
-                    ],
-                }
-                for t in targets
-            ],
-        }
+        {"name": name, "targets": [_target(router, t, now, wall) for t in targets]}
         for name, targets in router.models.items()
     ]
     return {"models": models, "providers": providers}
+
+
+def _target(router: Router, target: Target, now: float, wall: float) -> dict[str, Any]:
+    details = [
+        _usable(slot.health, target.model, now, wall) for slot in router.slots[target.provider]
+    ]
+    return {
+        "provider": target.provider,
+        "model": target.model,
+        "priority": target.priority,
+        "weight": target.weight,
+        "healthy_keys": sum(1 for detail in details if detail["usable"]),
+        "keys": len(details),
+        "keys_detail": details,
+    }
 
 
 def skip_reasons(health: KeyHealth, model: str, now: float, wall: float) -> list[dict[str, Any]]:

@@ -268,9 +268,8 @@ def _actor(
 ) -> StreamActor:
     request_id = request[REQUEST_ID]
     record = request.get(RECORD)
-    journal = tracer = None
-    if record is not None and record.kept:
-        journal, tracer = record.journal, record.trace
+    # both None unless the request log (journal) or tracing (trace) keeps the request
+    journal, tracer = (record.journal, record.trace) if record is not None else (None, None)
     headers = {"x-request-id": request_id}
     if cache_result is not None:
         headers[CACHE_HEADER] = cache_result
